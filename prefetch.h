@@ -1,0 +1,2076 @@
+/* prefetch.h - v0.1.0 - MIT or public domain - a GPU input pipeline in one header
+
+   Keeps a GPU (or a CPU training loop) from ever waiting for its next batch:
+   worker threads load batches straight into a ring of pinned host slots, a
+   side CUDA stream copies batch k+1 to the device while the GPU computes on
+   batch k, events (never host syncs) order everything, and a slot is reused
+   only when the GPU is provably done with it. Without CUDA, or without a GPU,
+   the same header is a fast multi-threaded CPU data loader.
+
+   USAGE
+
+     Do this:
+        #define PREFETCH_IMPLEMENTATION
+     before you include this file in *one* C or C++ (or .cu) file to create
+     the implementation. Every other file just includes "prefetch.h".
+
+        gcc -std=c11 train.c -lcudart -DPREFETCH_CUDA    (CUDA backend, gcc)
+        nvcc train.cu                                    (PREFETCH_CUDA is automatic)
+        gcc -std=c11 train.c                             (host backend only)
+
+     The public half includes only <stddef.h>, <stdint.h> and <stdbool.h>;
+     CUDA objects cross the API as void *, so any file can include it.
+
+   STEP BY STEP
+
+     1. Write a load callback. It fills one batch into job->host (capacity
+        bytes, pinned on the CUDA backend) from the sample indices it is
+        given, and returns 0; on failure it returns pf_job_fail(job, ...).
+
+            static int load(void *user, pf_job *job) {
+                for (uint32_t i = 0; i < job->count; i++)
+                    read_sample(user, job->indices[i],
+                                (char *)job->host + i * SAMPLE_BYTES);
+                job->bytes = job->count * SAMPLE_BYTES;   // default: capacity
+                return 0;
+            }
+
+     2. Describe the dataset and create the loader (zero = default):
+
+            pf_config cfg = {0};
+            cfg.load = load;  cfg.user = &my_dataset;
+            cfg.num_samples = 50000;  cfg.batch_size = 256;
+            cfg.batch_bytes = 256 * SAMPLE_BYTES;
+            cfg.shuffle = true;  cfg.epochs = 90;  cfg.stream = my_stream;
+            pf_loader *loader;
+            if (pf_create(&cfg, &loader) != PF_OK)
+                fprintf(stderr, "%s\n", pf_error(NULL));
+
+     3. The training loop:
+
+            for (;;) {
+                pf_batch b;
+                pf_result r = pf_next(loader, &b);
+                if (r == PF_END_OF_EPOCH) { evaluate(); continue; }
+                if (r == PF_END_OF_DATA) break;
+                if (r != PF_OK) { fprintf(stderr, "%s\n", pf_error(loader)); break; }
+                train_step<<<grid, block, 0, my_stream>>>(b.data, b.count);
+                pf_release(loader, &b);   // records an event; no host sync
+            }
+            pf_destroy(loader);
+
+   BACKENDS
+
+     PF_BACKEND_DEFAULT  CUDA when compiled in and a device is usable, else
+                         host (the fallback is logged through cfg.log).
+     PF_BACKEND_HOST     pf_next hands out the filled host slot itself (zero
+                         copy); pf_release returns it to the ring.
+     PF_BACKEND_CUDA     host slots are one cudaHostAlloc block; a stager
+                         thread copies each batch on its own non-blocking
+                         stream into one of device_slots slots (one cudaMalloc
+                         block); b.data is a device pointer. pf_next makes
+                         cfg.stream wait for the copy with cudaStreamWaitEvent
+                         (no host wait); pf_release records an event on
+                         cfg.stream, and the next copy into that slot waits for
+                         it on the GPU. No library call uses the legacy default
+                         stream, except cfg.stream when you leave it NULL.
+                         Without a usable device pf_create fails with
+                         PF_ERR_NO_DEVICE and the runtime's own message.
+
+   CONFIG MACROS
+
+     PREFETCH_IMPLEMENTATION  compile the implementation into this file
+     PREFETCH_CUDA            compile the CUDA backend in (automatic under nvcc)
+     PREFETCH_STATIC          make every function static to this file
+     PREFETCH_USE_PTHREADS    use pthreads instead of C11 <threads.h> (automatic
+                              under ThreadSanitizer, which cannot see C11
+                              threads on glibc, and on Apple, which lacks them)
+     PF_ASSERT(x)             your assert (default: assert from <assert.h>)
+
+   THREADING MODEL
+
+     num_workers threads call load, each on its own slot; never two at once
+     on one slot. A worker first needs a free slot, then takes the next batch
+     in order, so the oldest undelivered batch always has a slot and in-order
+     delivery cannot deadlock. pf_next, pf_release, pf_batch_wait and
+     pf_get_stats may be called from any thread (they lock); pf_destroy must
+     not race with any other call on the same loader. Waiting is on condition
+     variables only: an idle loader uses no CPU. One loader per GPU; loaders
+     share nothing.
+
+   MEMORY
+
+     Allocated once in pf_create, never during the run:
+       host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host)
+       GPU:   device_slots * stride (CUDA backend)
+     where stride = batch_bytes rounded up to 256, so that every slot starts
+     256-byte aligned for vector loads. Plus small bookkeeping through
+     cfg.allocator (indices: batch_size * 8 bytes per slot).
+
+   ERRORS AND LOGGING
+
+     Every call returns a pf_result: 0 is PF_OK, > 0 is information
+     (end of epoch, end of data, timeout), < 0 an error. pf_error(loader)
+     says what went wrong in words; pf_error(NULL) says why this thread's last
+     pf_create failed. Pipeline errors (a failing load, a CUDA error) are
+     sticky: every later pf_next returns them; in order mode they surface
+     only after every earlier batch was delivered. The library prints
+     nothing; it logs through cfg.log when set. pf_destroy is always safe.
+
+   LICENSE at the end of the file.
+*/
+#ifndef PREFETCH_H_INCLUDED
+#define PREFETCH_H_INCLUDED
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define PREFETCH_VERSION_MAJOR 0
+#define PREFETCH_VERSION_MINOR 1
+#define PREFETCH_VERSION_PATCH 0
+
+#if defined(__CUDACC__) && !defined(PREFETCH_CUDA)
+#define PREFETCH_CUDA
+#endif
+
+#ifndef PF_API
+#if defined(PREFETCH_STATIC) && defined(__GNUC__)
+#define PF_API static __attribute__((unused))
+#elif defined(PREFETCH_STATIC)
+#define PF_API static
+#else
+#define PF_API extern
+#endif
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PF__PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define PF__PRINTF(fmt, args)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Results. One list makes both the enum and pf_result_string, so the two
+   never drift apart. 0 ok, > 0 not an error, < 0 an error. */
+#define PF_RESULT_LIST(X)                                                      \
+    X(PF_OK, 0, "ok")                                                          \
+    X(PF_END_OF_EPOCH, 1, "end of epoch: every batch of this epoch was delivered") \
+    X(PF_END_OF_DATA, 2, "end of data: every configured epoch was delivered")  \
+    X(PF_TIMEOUT, 3, "timeout: the next batch was not ready within timeout_ms") \
+    X(PF_ERR_INVALID_ARG, -1, "invalid argument")                              \
+    X(PF_ERR_INVALID_STATE, -2, "invalid state")                               \
+    X(PF_ERR_NO_MEMORY, -3, "out of memory")                                   \
+    X(PF_ERR_NO_DEVICE, -4, "no usable CUDA device")                           \
+    X(PF_ERR_CUDA, -5, "a CUDA call failed")                                   \
+    X(PF_ERR_THREAD, -6, "a thread primitive failed")                          \
+    X(PF_ERR_LOAD, -7, "the load callback failed")
+
+typedef enum pf_result {
+#define PF__RESULT_ENUM(name, value, text) name = value,
+    PF_RESULT_LIST(PF__RESULT_ENUM)
+#undef PF__RESULT_ENUM
+    PF__RESULT_FORCE_INT = 0x7fffffff
+} pf_result;
+
+typedef enum pf_backend {
+    PF_BACKEND_DEFAULT = 0, /* CUDA if compiled in and a device is usable, else host */
+    PF_BACKEND_HOST,
+    PF_BACKEND_CUDA
+} pf_backend;
+
+typedef enum pf_log_level { PF_LOG_ERROR = 1, PF_LOG_WARN, PF_LOG_INFO } pf_log_level;
+
+/* What the pipeline is bound by, from pf_get_stats. */
+typedef enum pf_bound {
+    PF_BOUND_UNKNOWN = 0, /* too few batches to say                          */
+    PF_BOUND_INPUT,       /* the consumer waits for loads: add workers, make
+                             load cheaper                                    */
+    PF_BOUND_COPY,        /* the consumer waits for host-to-device copies    */
+    PF_BOUND_COMPUTE      /* the loader keeps up: the consumer rarely waits  */
+} pf_bound;
+
+typedef struct pf_loader pf_loader;
+
+/* One batch for a worker to fill. */
+typedef struct pf_job {
+    uint64_t epoch, batch;     /* batch: 0-based within the epoch (of this rank) */
+    const uint64_t *indices;   /* count sample indices, in batch order          */
+    uint32_t count;            /* samples in this batch (the last may be short) */
+    uint32_t worker;           /* 0 .. num_workers-1                            */
+    void *host;                /* the slot: capacity bytes (pinned on CUDA)     */
+    size_t capacity;           /* = cfg.batch_bytes                             */
+    size_t bytes;              /* load sets the bytes it wrote; default capacity */
+    uint64_t rng;              /* seed from (seed, epoch, rank, batch): the same
+                                  augmentation whichever worker runs the batch  */
+    void *pf__worker;          /* private                                       */
+} pf_job;
+
+/* Fill job->host; return 0 on success, non-zero (best: pf_job_fail) on failure. */
+typedef int (*pf_load_fn)(void *user, pf_job *job);
+
+/* Host bookkeeping memory (and the host backend's slots). Both or neither. */
+typedef struct pf_allocator {
+    void *(*alloc_fn)(size_t size, void *user_data);
+    void (*free_fn)(void *ptr, void *user_data);
+    void *user_data;
+} pf_allocator;
+
+/* Zero-initialised fields take the defaults in brackets. */
+typedef struct pf_config {
+    pf_load_fn load;           /* required                                      */
+    void *user;                /* passed to load, num_samples_fn, on_worker_start */
+    uint64_t num_samples;      /* required unless num_samples_fn (1 .. 2^62)    */
+    uint64_t (*num_samples_fn)(void *user, uint64_t epoch); /* asked once per
+                                  epoch, when planning it starts: datasets that
+                                  grow during training                          */
+    uint32_t batch_size;       /* required, samples per batch (1 .. 2^24)       */
+    size_t batch_bytes;        /* required, slot capacity in bytes              */
+    uint32_t epochs;           /* [0 = until pf_destroy]                        */
+    uint32_t num_workers;      /* [4] load threads (1 .. 1024)                  */
+    uint32_t host_slots;       /* [2 * num_workers + 1] (1 .. 4096)             */
+    uint32_t device_slots;     /* [3] CUDA backend (1 .. 4096)                  */
+    bool shuffle;              /* [false] a new permutation each epoch          */
+    bool drop_last;            /* [false] drop the short last batch (per rank)  */
+    bool unordered;            /* [false] deliver batches as they complete      */
+    uint64_t seed;             /* [0] shuffle and job->rng                       */
+    uint32_t rank, world_size; /* [0, 1] data-parallel sharding                  */
+    pf_backend backend;        /* [PF_BACKEND_DEFAULT]                          */
+    int cuda_device;           /* [0]                                           */
+    void *stream;              /* [NULL = legacy default stream] consumer
+                                  cudaStream_t                                  */
+    uint32_t timeout_ms;       /* [0 = wait forever] pf_next gives up after it  */
+    void (*log)(void *log_user, int level, const char *msg); /* [none]          */
+    void *log_user;
+    void (*on_worker_start)(void *user, uint32_t worker); /* [none] per-thread
+                                  setup, run on the worker before its first load */
+    pf_allocator allocator;    /* [malloc/free]                                  */
+} pf_config;
+
+typedef struct pf_batch {
+    void *data;                /* device pointer (CUDA) or host pointer (host)  */
+    size_t bytes;
+    uint64_t epoch, batch;
+    const uint64_t *indices;   /* count sample indices; valid until pf_release  */
+    uint32_t count;
+    uint64_t rng;              /* the job's rng, for augmentation on the GPU    */
+    /* private: lets pf_release tell a live batch from a stale or foreign one */
+    const pf_loader *pf__owner;
+    uint64_t pf__ticket;
+    uint32_t pf__slot;
+} pf_batch;
+
+typedef struct pf_stats {
+    pf_backend backend;        /* the backend in use (never DEFAULT)             */
+    uint32_t num_workers, host_slots, device_slots;
+    uint64_t epoch;            /* the consumer's current epoch                   */
+    uint64_t batch;            /* batches delivered in it so far                 */
+    uint64_t batches_in_epoch; /* its batch count (0 until known)                */
+    uint64_t batches, samples, bytes; /* delivered by pf_next, all epochs        */
+    uint64_t copies, copy_bytes; /* host-to-device copies issued (CUDA)          */
+    double elapsed_s;          /* from the first pf_next to the latest one       */
+    double wait_s;             /* consumer time blocked in pf_next               */
+    double wait_input_s;       /*   of which the next batch was still loading    */
+    double wait_copy_s;        /*   of which host slots were busy copying        */
+    double load_s;             /* worker time inside load, summed                */
+    double worker_wait_s;      /* worker time blocked on a free slot, summed:
+                                  the consumer (or the copy) is the bottleneck   */
+    double occupancy;          /* mean fraction of host slots filled and waiting,
+                                  seen at each pf_next                           */
+    uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
+    uint32_t device_ready, device_held;
+    pf_bound bound;
+    const char *verdict;       /* one sentence: what bounds the loop, what to do */
+} pf_stats;
+
+/* pf_create: validate cfg, allocate everything, start the threads.
+   Returns PF_OK and *out, or an error with *out = NULL and pf_error(NULL)
+   naming what was wrong. Thread safety: any thread; cfg is copied. */
+PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out);
+
+/* pf_next: the next batch (in order unless cfg.unordered), PF_END_OF_EPOCH
+   once after each epoch's last batch, then PF_END_OF_DATA for ever after the
+   last epoch. Waits (sleeping) until the batch is ready, at most
+   cfg.timeout_ms when set (PF_TIMEOUT; the loader still works). CUDA: the
+   consumer stream is made to wait for the copy; the host does not wait.
+   Holding every slot and asking for more is PF_ERR_INVALID_STATE.
+   Thread safety: any thread, serialised internally. */
+PF_API pf_result pf_next(pf_loader *l, pf_batch *out);
+
+/* pf_release: give a batch back. CUDA: records an event on the consumer
+   stream; the slot is overwritten only after the GPU has passed it. A
+   batch released twice, or from another loader, is an error (not a crash).
+   Thread safety: any thread. */
+PF_API pf_result pf_release(pf_loader *l, pf_batch *b);
+
+/* pf_batch_wait: block the calling host thread until b's data has landed
+   (CUDA: the copy finished; host: returns at once). For consumers that
+   read the batch on the CPU. Thread safety: any thread. */
+PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b);
+
+/* pf_destroy: stop and join every thread, free every byte. Safe at any
+   moment: mid-epoch, batches held, workers inside load (it waits for each
+   running load to return; a long load can poll pf_job_cancelled), after
+   an error. NULL is fine. Must not race with other calls on l. */
+PF_API void pf_destroy(pf_loader *l);
+
+/* pf_error: the last failure on l in words; valid until the next call on l.
+   pf_error(NULL): why this thread's last pf_create failed. Never NULL. */
+PF_API const char *pf_error(const pf_loader *l);
+
+PF_API const char *pf_result_string(pf_result r);
+
+/* pf_get_stats: a snapshot of counters and the verdict. Any thread. */
+PF_API void pf_get_stats(const pf_loader *l, pf_stats *out);
+
+/* pf_config_defaults: cfg with every zero field replaced by its default. */
+PF_API pf_config pf_config_defaults(const pf_config *cfg);
+
+/* For load callbacks. pf_job_fail records why the batch failed (printf
+   format) and returns -1, so `return pf_job_fail(job, "...", ...);` works.
+   pf_job_cancelled is true once pf_destroy has begun: a slow load may stop
+   early (its batch is discarded). */
+PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) PF__PRINTF(2, 3);
+PF_API bool pf_job_cancelled(const pf_job *job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PREFETCH_H_INCLUDED */
+
+/* ======================================================================== */
+/*                            IMPLEMENTATION                                */
+/* ======================================================================== */
+#if defined(PREFETCH_IMPLEMENTATION) && !defined(PREFETCH_IMPLEMENTATION_INCLUDED)
+#define PREFETCH_IMPLEMENTATION_INCLUDED
+
+/* >>config ---------------------------------------------------------------- */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef PF_ASSERT
+#include <assert.h>
+#define PF_ASSERT(x) assert(x)
+#endif
+
+#if !defined(PREFETCH_USE_PTHREADS)
+#if defined(__SANITIZE_THREAD__) || defined(__APPLE__)
+#define PREFETCH_USE_PTHREADS
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PREFETCH_USE_PTHREADS
+#endif
+#endif
+#endif
+
+#ifdef PREFETCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#if defined(__cplusplus)
+#define PF__THREAD_LOCAL thread_local
+#elif defined(_MSC_VER) && !defined(__clang__)
+#define PF__THREAD_LOCAL __declspec(thread)
+#else
+#define PF__THREAD_LOCAL _Thread_local
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PF__MAYBE_UNUSED __attribute__((unused))
+#else
+#define PF__MAYBE_UNUSED
+#endif
+
+#define PF__MSG_SIZE 512
+#define PF__MAX_SAMPLES (UINT64_C(1) << 62)
+#define PF__MAX_BATCH_SIZE (UINT32_C(1) << 24)
+#define PF__MAX_WORKERS 1024u
+#define PF__MAX_SLOTS 4096u
+#define PF__MAX_WORLD 65536u
+#define PF__ALIGN 256u
+#define PF__DEFAULT_WORKERS 4u
+#define PF__DEFAULT_DEVICE_SLOTS 3u
+#define PF__WAIT 100 /* internal: nothing to take yet */
+
+/* Atomics only for the cancel flag, which load callbacks read without the
+   lock. gcc/clang builtins work the same in C and C++. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PF__LOAD_FLAG(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define PF__STORE_FLAG(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#else
+#define PF__LOAD_FLAG(p) (*(volatile int *)(p))
+#define PF__STORE_FLAG(p, v) (*(volatile int *)(p) = (v))
+#endif
+
+/* >>threads --------------------------------------------------------------- */
+/* One thin wrapper, two mappings: C11 <threads.h> normally, pthreads under
+   ThreadSanitizer (its glibc interceptors do not cover thrd_/mtx_/cnd_, so a
+   thrd_create thread crashes inside TSan and its locks are invisible). */
+#ifdef PREFETCH_USE_PTHREADS
+#include <pthread.h>
+typedef pthread_t pf__thread;
+typedef pthread_mutex_t pf__mutex;
+typedef pthread_cond_t pf__cond;
+#define PF__THREAD_FN void *
+#define PF__THREAD_RETURN return NULL
+static int pf__thread_start(pf__thread *t, void *(*fn)(void *), void *arg) {
+    return pthread_create(t, NULL, fn, arg) == 0 ? 0 : -1;
+}
+static void pf__thread_join(pf__thread t) { pthread_join(t, NULL); }
+static int pf__mutex_init(pf__mutex *m) { return pthread_mutex_init(m, NULL) == 0 ? 0 : -1; }
+static void pf__mutex_destroy(pf__mutex *m) { pthread_mutex_destroy(m); }
+static void pf__lock(pf__mutex *m) { pthread_mutex_lock(m); }
+static void pf__unlock(pf__mutex *m) { pthread_mutex_unlock(m); }
+static int pf__cond_init(pf__cond *c) { return pthread_cond_init(c, NULL) == 0 ? 0 : -1; }
+static void pf__cond_destroy(pf__cond *c) { pthread_cond_destroy(c); }
+static void pf__cond_wait(pf__cond *c, pf__mutex *m) { pthread_cond_wait(c, m); }
+static void pf__signal(pf__cond *c) { pthread_cond_signal(c); }
+static void pf__broadcast(pf__cond *c) { pthread_cond_broadcast(c); }
+/* 0 woken, 1 deadline passed. Deadline in TIME_UTC (CLOCK_REALTIME). */
+static int pf__cond_timedwait(pf__cond *c, pf__mutex *m, const struct timespec *abs) {
+    return pthread_cond_timedwait(c, m, abs) == 0 ? 0 : 1;
+}
+#else
+#include <threads.h>
+typedef thrd_t pf__thread;
+typedef mtx_t pf__mutex;
+typedef cnd_t pf__cond;
+#define PF__THREAD_FN int
+#define PF__THREAD_RETURN return 0
+static int pf__thread_start(pf__thread *t, int (*fn)(void *), void *arg) {
+    return thrd_create(t, fn, arg) == thrd_success ? 0 : -1;
+}
+static void pf__thread_join(pf__thread t) { thrd_join(t, NULL); }
+static int pf__mutex_init(pf__mutex *m) { return mtx_init(m, mtx_plain) == thrd_success ? 0 : -1; }
+static void pf__mutex_destroy(pf__mutex *m) { mtx_destroy(m); }
+static void pf__lock(pf__mutex *m) { mtx_lock(m); }
+static void pf__unlock(pf__mutex *m) { mtx_unlock(m); }
+static int pf__cond_init(pf__cond *c) { return cnd_init(c) == thrd_success ? 0 : -1; }
+static void pf__cond_destroy(pf__cond *c) { cnd_destroy(c); }
+static void pf__cond_wait(pf__cond *c, pf__mutex *m) { cnd_wait(c, m); }
+static void pf__signal(pf__cond *c) { cnd_signal(c); }
+static void pf__broadcast(pf__cond *c) { cnd_broadcast(c); }
+static int pf__cond_timedwait(pf__cond *c, pf__mutex *m, const struct timespec *abs) {
+    return cnd_timedwait(c, m, abs) == thrd_success ? 0 : 1;
+}
+#endif
+
+/* >>util ------------------------------------------------------------------ */
+/* Monotonic when the POSIX clock is visible (it is not under strict -std=c11
+   unless the including file asked for POSIX); C11 timespec_get otherwise. */
+static uint64_t pf__now_ns(void) {
+    struct timespec ts;
+#if defined(CLOCK_MONOTONIC)
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
+    timespec_get(&ts, TIME_UTC);
+#endif
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct timespec pf__deadline(uint32_t ms) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    ts.tv_sec += (time_t)(ms / 1000u);
+    ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec += 1;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+static double pf__sec(uint64_t ns) { return (double)ns * 1e-9; }
+
+static void pf__vformat(char *dst, size_t size, const char *fmt, va_list ap) {
+    int n = vsnprintf(dst, size, fmt, ap);
+    if (n < 0) dst[0] = '\0';
+}
+
+static void pf__format(char *dst, size_t size, const char *fmt, ...) PF__PRINTF(3, 4);
+static void pf__format(char *dst, size_t size, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pf__vformat(dst, size, fmt, ap);
+    va_end(ap);
+}
+
+static PF__THREAD_LOCAL char pf__create_error[PF__MSG_SIZE];
+
+static void *pf__malloc_default(size_t size, void *user) {
+    (void)user;
+    return malloc(size);
+}
+static void pf__free_default(void *ptr, void *user) {
+    (void)user;
+    free(ptr);
+}
+
+/* 64-bit mixer (splitmix64's finaliser): the one hash behind the shuffle
+   keys, the Feistel rounds and job->rng. */
+static uint64_t pf__mix(uint64_t z) {
+    z += UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* >>sampler --------------------------------------------------------------- */
+/* Shuffle = a keyed bijection on [0, n): a balanced Feistel network over the
+   smallest even-bit power of two >= n, with cycle walking (apply again until
+   the value lands below n). O(1) memory for any n, the same permutation on
+   every rank and run for the same (seed, epoch), no randperm array. The
+   domain is < 4n, so a walk takes under 4 steps on average. */
+#define PF__FEISTEL_ROUNDS 6
+
+typedef struct pf__perm {
+    uint64_t n, mask;
+    unsigned half;
+    uint64_t key[PF__FEISTEL_ROUNDS];
+} pf__perm;
+
+static void pf__perm_init(pf__perm *p, uint64_t n, uint64_t seed, uint64_t epoch) {
+    unsigned bits = 2;
+    while (bits < 64 && (UINT64_C(1) << bits) < n) bits += 2;
+    p->n = n;
+    p->half = bits / 2;
+    p->mask = (UINT64_C(1) << p->half) - 1;
+    for (int i = 0; i < PF__FEISTEL_ROUNDS; i++)
+        p->key[i] = pf__mix(pf__mix(seed ^ UINT64_C(0x5f3759df)) + pf__mix(epoch) * 31u + (uint64_t)i);
+}
+
+static uint64_t pf__feistel(const pf__perm *p, uint64_t x) {
+    uint64_t l = x >> p->half, r = x & p->mask;
+    for (int i = 0; i < PF__FEISTEL_ROUNDS; i++) {
+        uint64_t t = l ^ (pf__mix(r ^ p->key[i]) & p->mask);
+        l = r;
+        r = t;
+    }
+    return (l << p->half) | r;
+}
+
+static uint64_t pf__feistel_inverse(const pf__perm *p, uint64_t y) {
+    uint64_t l = y >> p->half, r = y & p->mask;
+    for (int i = PF__FEISTEL_ROUNDS - 1; i >= 0; i--) {
+        uint64_t t = r ^ (pf__mix(l ^ p->key[i]) & p->mask);
+        r = l;
+        l = t;
+    }
+    return (l << p->half) | r;
+}
+
+/* i in [0, n) -> a unique value in [0, n) */
+static uint64_t pf__perm_apply(const pf__perm *p, uint64_t i) {
+    do i = pf__feistel(p, i);
+    while (i >= p->n);
+    return i;
+}
+
+/* The inverse walk; the tests use it to prove the shuffle is a bijection at
+   sizes too large to enumerate. */
+PF__MAYBE_UNUSED static uint64_t pf__perm_invert(const pf__perm *p, uint64_t y) {
+    do y = pf__feistel_inverse(p, y);
+    while (y >= p->n);
+    return y;
+}
+
+/* An epoch's plan: fixed when its planning starts (num_samples_fn is asked
+   then, once). Sharding follows DistributedSampler: rank r takes positions
+   r, r+w, r+2w, ... of the epoch's order; without drop_last the order is
+   padded by wrapping to ceil(n/w)*w positions, with drop_last cut to
+   floor(n/w)*w, so every rank has the same number of batches. */
+typedef struct pf__plan {
+    uint64_t epoch, n;
+    uint64_t per_rank;  /* samples of this rank                       */
+    uint64_t nbatches;  /* batches of this rank                       */
+    pf__perm perm;
+} pf__plan;
+
+static void pf__plan_init(pf__plan *p, const pf_config *c, uint64_t epoch, uint64_t n) {
+    uint64_t w = c->world_size;
+    p->epoch = epoch;
+    p->n = n;
+    p->per_rank = c->drop_last ? n / w : (n + w - 1) / w;
+    p->nbatches = c->drop_last ? p->per_rank / c->batch_size
+                               : (p->per_rank + c->batch_size - 1) / c->batch_size;
+    pf__perm_init(&p->perm, n, c->seed, epoch);
+}
+
+/* Sample index of this rank's j-th sample in the plan's epoch. */
+static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j) {
+    uint64_t pos = (j * c->world_size + c->rank) % p->n; /* wrap = padding */
+    return c->shuffle ? pf__perm_apply(&p->perm, pos) : pos;
+}
+
+static uint64_t pf__job_rng(const pf_config *c, uint64_t epoch, uint64_t batch) {
+    return pf__mix(pf__mix(pf__mix(pf__mix(c->seed) ^ epoch) ^ c->rank) ^ batch);
+}
+
+/* >>loader ---------------------------------------------------------------- */
+enum {
+    PF__SLOT_FREE = 0,
+    PF__SLOT_LOADING, /* a worker is inside load                      */
+    PF__SLOT_READY,   /* filled (or failed), waiting to be taken      */
+    PF__SLOT_HELD,    /* host backend: the consumer has it            */
+    PF__SLOT_STAGING, /* CUDA: taken by the stager, waiting for a device slot */
+    PF__SLOT_COPYING  /* CUDA: its DMA may still read it              */
+};
+
+typedef struct pf__slot {
+    pf_loader *owner;
+    unsigned char *data;
+    uint64_t *indices;
+    uint64_t seq, epoch, batch, rng, nbatches, ticket, started_ns;
+    size_t bytes;
+    uint32_t count, worker, index;
+    int state;
+    int result; /* PF_OK, or the error a READY slot carries */
+    char *msg;  /* PF__MSG_SIZE bytes: the failure message  */
+} pf__slot;
+
+typedef struct pf__worker {
+    pf_loader *owner;
+    uint32_t id;
+    pf__thread thread;
+    char msg[PF__MSG_SIZE]; /* pf_job_fail writes here */
+} pf__worker;
+
+#ifdef PREFETCH_CUDA
+enum { PF__ITEM_BATCH, PF__ITEM_EPOCH_END, PF__ITEM_DATA_END, PF__ITEM_ERROR };
+typedef struct pf__item {
+    int kind;
+    uint32_t slot;
+} pf__item;
+
+typedef struct pf__dslot {
+    uint64_t epoch, batch, rng, nbatches, ticket;
+    uint64_t *indices;
+    size_t bytes;
+    uint32_t count;
+    int state; /* PF__SLOT_FREE, PF__SLOT_READY (queued), PF__SLOT_HELD */
+    bool released_once; /* released[] has been recorded at least once */
+} pf__dslot;
+
+typedef struct pf__cuda {
+    int device;
+    cudaStream_t consumer, copy;
+    bool copy_created;
+    unsigned char *pinned, *dev;
+    cudaEvent_t *copied, *released;
+    uint32_t events_created;
+    pf__dslot *dslots;
+    uint32_t *dfree;            /* FIFO: the longest-released slot is reused first */
+    uint32_t dfree_head, dfree_count;
+    pf__item *fifo;             /* staged batches and markers, in delivery order   */
+    uint32_t fifo_cap, fifo_head, fifo_count;
+    uint32_t held;
+    pf__thread stager;
+    bool stager_started, stager_done;
+    pf__cond stager_cv;
+} pf__cuda;
+#endif
+
+struct pf_loader {
+    pf_config cfg; /* defaults filled in */
+    pf_backend backend;
+    size_t stride;
+    uint32_t nslots;
+
+    pf__mutex mu;
+    pf__cond worker_cv;   /* workers: a free slot, a job, or stop      */
+    pf__cond consumer_cv; /* pf_next: something to take                 */
+    bool mu_ok, worker_cv_ok, consumer_cv_ok;
+
+    void *host_raw;              /* host backend block, unaligned (for free) */
+    pf__slot *slots;
+    uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
+    uint32_t *order;             /* in order: order[seq % nslots] = slot + 1 */
+    uint32_t *ready_fifo, ready_head, ready_count; /* unordered */
+    char *msgs;
+    uint64_t *index_mem;
+
+    /* plans of the epochs between the taker and the claimer */
+    pf__plan *plans;
+    uint32_t plan_cap, plan_head, plan_count;
+
+    /* claim cursor (workers) */
+    uint64_t claim_epoch, claim_batch, claim_nbatches, next_seq;
+    bool claim_planned, planning, claims_done;
+    int pipe_error;        /* a planning failure, visible once taken == pipe_error_seq */
+    uint64_t pipe_error_seq;
+    char pipe_msg[PF__MSG_SIZE];
+
+    /* take cursor (the consumer on host, the stager on CUDA) */
+    uint64_t take_epoch, take_done, taken;
+    int take_fatal;
+    char take_msg[PF__MSG_SIZE];
+
+    /* consumer */
+    int fatal; /* sticky error seen by the consumer */
+    uint32_t held;
+    uint64_t ticket;
+    uint64_t cons_epoch, cons_batch, cons_nbatches;
+    char err[PF__MSG_SIZE];
+
+    int stopping; /* read by pf_job_cancelled without the lock */
+    pf__worker *workers;
+    uint32_t workers_started, workers_waiting;
+    bool consumer_waiting;
+
+    /* stats */
+    uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
+    uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns;
+    uint64_t st_load_ns, st_worker_wait_ns, st_nexts, st_ready_sum;
+
+#ifdef PREFETCH_CUDA
+    pf__cuda cu;
+#endif
+};
+
+static void pf__log(const pf_config *c, int level, const char *fmt, ...) PF__PRINTF(3, 4);
+static void pf__log(const pf_config *c, int level, const char *fmt, ...) {
+    char msg[PF__MSG_SIZE];
+    va_list ap;
+    if (!c->log) return;
+    va_start(ap, fmt);
+    pf__vformat(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->log(c->log_user, level, msg);
+}
+
+/* Record an error the consumer will see in pf_error (lock held or the
+   loader private to the caller). Returns r, for `return pf__fail(...)`. */
+static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) PF__PRINTF(3, 4);
+static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pf__vformat(l->err, sizeof l->err, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* >>config checks ---------------------------------------------------------- */
+PF_API pf_config pf_config_defaults(const pf_config *cfg) {
+    pf_config c;
+    memset(&c, 0, sizeof c);
+    if (cfg) c = *cfg;
+    if (!c.num_workers) c.num_workers = PF__DEFAULT_WORKERS;
+    if (!c.host_slots) c.host_slots = 2 * c.num_workers + 1;
+    if (c.host_slots > PF__MAX_SLOTS && !(cfg && cfg->host_slots)) c.host_slots = PF__MAX_SLOTS;
+    if (!c.device_slots) c.device_slots = PF__DEFAULT_DEVICE_SLOTS;
+    if (!c.world_size) c.world_size = 1;
+    if (!c.allocator.alloc_fn && !c.allocator.free_fn) {
+        c.allocator.alloc_fn = pf__malloc_default;
+        c.allocator.free_fn = pf__free_default;
+        c.allocator.user_data = NULL;
+    }
+    return c;
+}
+
+/* Every field checked, each failure naming the field and what is accepted. */
+static pf_result pf__check_config(const pf_config *in, const pf_config *c, char *why, size_t n) {
+#define PF__BAD(...) return (pf__format(why, n, __VA_ARGS__), PF_ERR_INVALID_ARG)
+    if (!c->load) PF__BAD("cfg.load is NULL: a load callback is required");
+    if (c->num_samples_fn && c->num_samples)
+        PF__BAD("cfg.num_samples (%llu) and cfg.num_samples_fn are both set: set one",
+                (unsigned long long)c->num_samples);
+    if (!c->num_samples_fn && c->num_samples == 0)
+        PF__BAD("cfg.num_samples is 0: must be 1 .. 2^62 (or set cfg.num_samples_fn)");
+    if (c->num_samples > PF__MAX_SAMPLES)
+        PF__BAD("cfg.num_samples is %llu: must be 1 .. 2^62", (unsigned long long)c->num_samples);
+    if (c->batch_size == 0 || c->batch_size > PF__MAX_BATCH_SIZE)
+        PF__BAD("cfg.batch_size is %u: must be 1 .. %u", (unsigned)c->batch_size,
+                (unsigned)PF__MAX_BATCH_SIZE);
+    if (c->batch_bytes == 0) PF__BAD("cfg.batch_bytes is 0: must be at least 1 (the slot capacity)");
+    if (c->num_workers > PF__MAX_WORKERS)
+        PF__BAD("cfg.num_workers is %u: must be 0 (default %u) or 1 .. %u", (unsigned)c->num_workers,
+                PF__DEFAULT_WORKERS, PF__MAX_WORKERS);
+    if (c->host_slots > PF__MAX_SLOTS)
+        PF__BAD("cfg.host_slots is %u: must be 0 (default 2 * num_workers + 1) or 1 .. %u",
+                (unsigned)c->host_slots, PF__MAX_SLOTS);
+    if (c->device_slots > PF__MAX_SLOTS)
+        PF__BAD("cfg.device_slots is %u: must be 0 (default %u) or 1 .. %u", (unsigned)c->device_slots,
+                PF__DEFAULT_DEVICE_SLOTS, PF__MAX_SLOTS);
+    if (c->world_size > PF__MAX_WORLD)
+        PF__BAD("cfg.world_size is %u: must be 0 (= 1) or 1 .. %u", (unsigned)c->world_size, PF__MAX_WORLD);
+    if (c->rank >= c->world_size)
+        PF__BAD("cfg.rank is %u: must be 0 .. world_size-1 = %u", (unsigned)c->rank,
+                (unsigned)(c->world_size - 1));
+    if (c->backend != PF_BACKEND_DEFAULT && c->backend != PF_BACKEND_HOST && c->backend != PF_BACKEND_CUDA)
+        PF__BAD("cfg.backend is %d: must be PF_BACKEND_DEFAULT (0), PF_BACKEND_HOST (1) or PF_BACKEND_CUDA (2)",
+                (int)c->backend);
+    if (c->cuda_device < 0) PF__BAD("cfg.cuda_device is %d: must be >= 0", c->cuda_device);
+    if (!in->allocator.alloc_fn != !in->allocator.free_fn)
+        PF__BAD("cfg.allocator: set both alloc_fn and free_fn, or neither");
+    {
+        size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+        uint32_t most = c->host_slots > c->device_slots ? c->host_slots : c->device_slots;
+        if (stride < c->batch_bytes || stride > (SIZE_MAX - PF__ALIGN) / most)
+            PF__BAD("cfg.batch_bytes is %llu: %u slots of it do not fit in memory",
+                    (unsigned long long)c->batch_bytes, (unsigned)most);
+    }
+    return PF_OK;
+#undef PF__BAD
+}
+
+/* >>ring ------------------------------------------------------------------ */
+/* Plans live in a small ring from the take cursor's epoch to the claim
+   cursor's; a plan retires when the taker passes its end. */
+static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
+    uint64_t first;
+    if (l->plan_count == 0) return NULL;
+    first = l->plans[l->plan_head].epoch;
+    if (epoch < first || epoch - first >= l->plan_count) return NULL;
+    return &l->plans[(l->plan_head + (uint32_t)(epoch - first)) % l->plan_cap];
+}
+
+static void pf__wake_takers(pf_loader *l) {
+#ifdef PREFETCH_CUDA
+    if (l->backend == PF_BACKEND_CUDA) {
+        pf__signal(&l->cu.stager_cv);
+        return;
+    }
+#endif
+    if (l->consumer_waiting) pf__broadcast(&l->consumer_cv);
+}
+
+/* Plan the claim cursor's epoch. Called with the lock held and returns with
+   it held, but drops it around num_samples_fn: user code never runs under
+   the loader's lock. */
+static void pf__plan_next(pf_loader *l) {
+    uint64_t e = l->claim_epoch, n;
+    pf__plan *p;
+    l->planning = true;
+    if (l->cfg.num_samples_fn) {
+        pf__unlock(&l->mu);
+        n = l->cfg.num_samples_fn(l->cfg.user, e);
+        pf__lock(&l->mu);
+    } else {
+        n = l->cfg.num_samples;
+    }
+    l->planning = false;
+    pf__broadcast(&l->worker_cv);
+    if (n > PF__MAX_SAMPLES) {
+        l->pipe_error = PF_ERR_INVALID_ARG;
+        l->pipe_error_seq = l->next_seq;
+        pf__format(l->pipe_msg, sizeof l->pipe_msg,
+                   "cfg.num_samples_fn returned %llu for epoch %llu: must be 0 .. 2^62",
+                   (unsigned long long)n, (unsigned long long)e);
+        l->claims_done = true;
+        pf__wake_takers(l);
+        return;
+    }
+    p = &l->plans[(l->plan_head + l->plan_count) % l->plan_cap];
+    pf__plan_init(p, &l->cfg, e, n);
+    l->plan_count++;
+    l->claim_planned = true;
+    l->claim_batch = 0;
+    l->claim_nbatches = p->nbatches;
+    pf__wake_takers(l); /* a taker may be waiting for this epoch's plan */
+}
+
+enum { PF__CLAIM_OK, PF__CLAIM_NO_SLOT, PF__CLAIM_NO_JOB, PF__CLAIM_DONE };
+
+/* A worker takes a free slot and the next job together, under the lock. */
+static int pf__claim(pf_loader *l, pf__worker *w, pf__slot **out) {
+    for (;;) {
+        pf__slot *s;
+        if (l->stopping || l->claims_done) return PF__CLAIM_DONE;
+        if (l->nfree == 0) return PF__CLAIM_NO_SLOT;
+        if (!l->claim_planned) {
+            if (l->cfg.epochs && l->claim_epoch >= l->cfg.epochs) {
+                l->claims_done = true;
+                return PF__CLAIM_DONE;
+            }
+            if (l->planning || l->plan_count == l->plan_cap) return PF__CLAIM_NO_JOB;
+            pf__plan_next(l);
+            continue; /* the lock was dropped: look again */
+        }
+        if (l->claim_batch == l->claim_nbatches) { /* epoch fully claimed */
+            l->claim_epoch++;
+            l->claim_planned = false;
+            continue;
+        }
+        s = &l->slots[l->free_stack[--l->nfree]];
+        s->state = PF__SLOT_LOADING;
+        s->seq = l->next_seq++;
+        s->epoch = l->claim_epoch;
+        s->batch = l->claim_batch++;
+        s->nbatches = l->claim_nbatches;
+        s->worker = w->id;
+        s->result = PF_OK;
+        s->started_ns = pf__now_ns();
+        *out = s;
+        return PF__CLAIM_OK;
+    }
+}
+
+/* A worker finished slot s (lock held). */
+static void pf__publish(pf_loader *l, pf__slot *s) {
+    s->state = PF__SLOT_READY;
+    if (s->result != PF_OK) l->claims_done = true; /* stop loading: nothing after it is delivered in order */
+    if (l->cfg.unordered)
+        l->ready_fifo[(l->ready_head + l->ready_count++) % l->nslots] = s->index;
+    else
+        l->order[s->seq % l->nslots] = s->index + 1;
+    pf__wake_takers(l);
+}
+
+static void pf__slot_free(pf_loader *l, pf__slot *s) {
+    s->state = PF__SLOT_FREE;
+    s->ticket = 0;
+    l->free_stack[l->nfree++] = s->index;
+    if (l->workers_waiting) pf__signal(&l->worker_cv);
+}
+
+/* The taker's next step (lock held): PF_OK with *out, PF_END_OF_EPOCH,
+   PF_END_OF_DATA, PF__WAIT, or a sticky error (message in take_msg). */
+static int pf__take(pf_loader *l, pf__slot **out) {
+    pf__plan *p;
+    pf__slot *s = NULL;
+    if (l->take_fatal) return l->take_fatal;
+    p = pf__plan_find(l, l->take_epoch);
+    if (!p) {
+        if (l->cfg.epochs && l->take_epoch >= l->cfg.epochs) return PF_END_OF_DATA;
+        if (l->pipe_error && l->taken >= l->pipe_error_seq) {
+            l->take_fatal = l->pipe_error;
+            memcpy(l->take_msg, l->pipe_msg, sizeof l->take_msg);
+            return l->take_fatal;
+        }
+        return PF__WAIT;
+    }
+    if (l->take_done == p->nbatches) {
+        l->take_epoch++;
+        l->take_done = 0;
+        l->plan_head = (l->plan_head + 1) % l->plan_cap;
+        l->plan_count--;
+        pf__broadcast(&l->worker_cv); /* room for another plan */
+        return PF_END_OF_EPOCH;
+    }
+    if (!l->cfg.unordered) {
+        uint32_t *o = &l->order[l->taken % l->nslots];
+        if (!*o) return PF__WAIT;
+        s = &l->slots[*o - 1];
+        *o = 0;
+    } else {
+        uint32_t i;
+        for (i = 0; i < l->ready_count; i++) {
+            uint32_t k = (l->ready_head + i) % l->nslots;
+            if (l->slots[l->ready_fifo[k]].epoch == l->take_epoch) break;
+        }
+        if (i == l->ready_count) return PF__WAIT;
+        s = &l->slots[l->ready_fifo[(l->ready_head + i) % l->nslots]];
+        for (; i > 0; i--) /* close the gap, keeping completion order */
+            l->ready_fifo[(l->ready_head + i) % l->nslots] = l->ready_fifo[(l->ready_head + i - 1) % l->nslots];
+        l->ready_head = (l->ready_head + 1) % l->nslots;
+        l->ready_count--;
+    }
+    if (s->result != PF_OK) {
+        l->take_fatal = s->result;
+        memcpy(l->take_msg, s->msg, sizeof l->take_msg);
+        pf__slot_free(l, s);
+        return l->take_fatal;
+    }
+    l->taken++;
+    l->take_done++;
+    *out = s;
+    return PF_OK;
+}
+
+/* Why is the next batch late? For PF_TIMEOUT messages (lock held). */
+static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
+    uint32_t loading = 0, ready = 0, copying = 0, i;
+    pf__slot *late = NULL;
+    uint64_t now = pf__now_ns();
+    for (i = 0; i < l->nslots; i++) {
+        pf__slot *s = &l->slots[i];
+        loading += s->state == PF__SLOT_LOADING;
+        ready += s->state == PF__SLOT_READY;
+        copying += s->state == PF__SLOT_COPYING || s->state == PF__SLOT_STAGING;
+        if (s->state != PF__SLOT_FREE && s->state != PF__SLOT_HELD && s->epoch == l->take_epoch &&
+            (l->cfg.unordered ? (s->state == PF__SLOT_LOADING && (!late || s->started_ns < late->started_ns))
+                              : s->seq == l->taken))
+            late = s;
+    }
+    if (late && late->state == PF__SLOT_LOADING)
+        pf__format(dst, size, "epoch %llu batch %llu is late: worker %u has been inside load for %llu ms",
+                   (unsigned long long)late->epoch, (unsigned long long)late->batch, (unsigned)late->worker,
+                   (unsigned long long)((now - late->started_ns) / 1000000u));
+    else if (late)
+        pf__format(dst, size, "epoch %llu batch %llu is loaded (worker %u) and waits for a device slot",
+                   (unsigned long long)late->epoch, (unsigned long long)late->batch, (unsigned)late->worker);
+    else
+        pf__format(dst, size,
+                   "epoch %llu batch %llu is late: no worker has started it (%u of %u host slots "
+                   "loading, %u ready, %u copying, %u held by the consumer)",
+                   (unsigned long long)l->take_epoch, (unsigned long long)l->take_done, (unsigned)loading,
+                   (unsigned)l->nslots, (unsigned)ready, (unsigned)copying, (unsigned)l->held);
+}
+
+/* Consumer wait accounting: copy-bound when the host ring is mostly stuck
+   behind DMA, input-bound otherwise (lock held). */
+static void pf__account_wait(pf_loader *l, uint64_t t0, bool copy_bound) {
+    uint64_t dt = pf__now_ns() - t0;
+    if (copy_bound)
+        l->st_wait_copy_ns += dt;
+    else
+        l->st_wait_input_ns += dt;
+}
+
+static bool pf__copy_bound(pf_loader *l) {
+#ifdef PREFETCH_CUDA
+    if (l->backend == PF_BACKEND_CUDA) {
+        uint32_t copying = 0, loading = 0, i;
+        for (i = 0; i < l->nslots; i++) {
+            copying += l->slots[i].state == PF__SLOT_COPYING;
+            loading += l->slots[i].state == PF__SLOT_LOADING;
+        }
+        return copying > loading;
+    }
+#endif
+    (void)l;
+    return false;
+}
+
+/* Wait on the consumer condition with the optional deadline. 0 woken,
+   1 timed out (lock held). */
+static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
+    int r = 0;
+    l->consumer_waiting = true;
+    if (deadline)
+        r = pf__cond_timedwait(&l->consumer_cv, &l->mu, deadline);
+    else
+        pf__cond_wait(&l->consumer_cv, &l->mu);
+    l->consumer_waiting = false;
+    return r;
+}
+
+static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint64_t nbatches, uint32_t count,
+                              size_t bytes) {
+    uint64_t now = pf__now_ns();
+    uint32_t ready = 0, i;
+    for (i = 0; i < l->nslots; i++) ready += l->slots[i].state == PF__SLOT_READY;
+    if (!l->st_first_ns) l->st_first_ns = now;
+    l->st_last_ns = now;
+    l->st_batches++;
+    l->st_samples += count;
+    l->st_bytes += bytes;
+    l->st_nexts++;
+    l->st_ready_sum += ready;
+    l->cons_epoch = epoch;
+    l->cons_batch = batch + 1;
+    l->cons_nbatches = nbatches;
+}
+
+static void pf__note_epoch_end(pf_loader *l) {
+    l->cons_epoch++;
+    l->cons_batch = 0;
+    l->cons_nbatches = 0;
+}
+
+/* >>workers --------------------------------------------------------------- */
+static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
+    const pf__plan *p;
+    uint64_t first = s->batch * l->cfg.batch_size;
+    uint32_t i;
+    pf__lock(&l->mu);
+    p = pf__plan_find(l, s->epoch); /* alive: its batch s is not taken yet */
+    pf__unlock(&l->mu);
+    PF_ASSERT(p);
+    s->count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
+    for (i = 0; i < s->count; i++) s->indices[i] = pf__plan_index(p, &l->cfg, first + i);
+    s->rng = pf__job_rng(&l->cfg, s->epoch, s->batch);
+    memset(job, 0, sizeof *job);
+    job->epoch = s->epoch;
+    job->batch = s->batch;
+    job->indices = s->indices;
+    job->count = s->count;
+    job->worker = w->id;
+    job->host = s->data;
+    job->capacity = l->cfg.batch_bytes;
+    job->bytes = l->cfg.batch_bytes;
+    job->rng = s->rng;
+    job->pf__worker = w;
+}
+
+#ifdef PREFETCH_CUDA
+static void pf__cuda_bind_thread(pf_loader *l);
+#endif
+
+static PF__THREAD_FN pf__worker_main(void *arg) {
+    pf__worker *w = (pf__worker *)arg;
+    pf_loader *l = w->owner;
+#ifdef PREFETCH_CUDA
+    pf__cuda_bind_thread(l); /* so a load that calls CUDA uses the loader's GPU */
+#endif
+    if (l->cfg.on_worker_start) l->cfg.on_worker_start(l->cfg.user, w->id);
+    pf__lock(&l->mu);
+    for (;;) {
+        pf__slot *s = NULL;
+        pf_job job;
+        uint64_t t0, t1;
+        int rc, claim = pf__claim(l, w, &s);
+        if (claim == PF__CLAIM_DONE) break;
+        if (claim != PF__CLAIM_OK) {
+            t0 = pf__now_ns();
+            l->workers_waiting++;
+            pf__cond_wait(&l->worker_cv, &l->mu);
+            l->workers_waiting--;
+            if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += pf__now_ns() - t0;
+            continue;
+        }
+        pf__unlock(&l->mu);
+        pf__fill_job(l, s, w, &job);
+        w->msg[0] = '\0';
+        t0 = pf__now_ns();
+        rc = l->cfg.load(l->cfg.user, &job);
+        t1 = pf__now_ns();
+        if (rc != 0) {
+            pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
+                       (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                       w->msg[0] ? w->msg : "the callback returned non-zero without pf_job_fail");
+            s->result = PF_ERR_LOAD;
+        } else if (job.bytes > job.capacity) {
+            pf__format(s->msg, PF__MSG_SIZE,
+                       "load for epoch %llu batch %llu (worker %u) set job->bytes = %llu, more than "
+                       "the slot capacity of %llu bytes (cfg.batch_bytes)",
+                       (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                       (unsigned long long)job.bytes, (unsigned long long)job.capacity);
+            s->result = PF_ERR_LOAD;
+        }
+        s->bytes = job.bytes;
+        if (s->result != PF_OK && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
+        pf__lock(&l->mu);
+        l->st_load_ns += t1 - t0;
+        pf__publish(l, s);
+    }
+    pf__unlock(&l->mu);
+    PF__THREAD_RETURN;
+}
+
+/* >>backend host ---------------------------------------------------------- */
+static void pf__fill_batch(pf_loader *l, pf_batch *out, void *data, size_t bytes, uint64_t epoch, uint64_t batch,
+                           const uint64_t *indices, uint32_t count, uint64_t rng, uint64_t ticket, uint32_t slot) {
+    out->data = data;
+    out->bytes = bytes;
+    out->epoch = epoch;
+    out->batch = batch;
+    out->indices = indices;
+    out->count = count;
+    out->rng = rng;
+    out->pf__owner = l;
+    out->pf__ticket = ticket;
+    out->pf__slot = slot;
+}
+
+/* A consumer wait that may time out: returns PF_TIMEOUT with the reason, or
+   PF_OK after being woken (lock held). */
+static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out) {
+    uint64_t t0;
+    bool copy_bound;
+    if (*timed_out) {
+        char why[PF__MSG_SIZE];
+        pf__describe_late(l, why, sizeof why);
+        return pf__fail(l, PF_TIMEOUT, "pf_next: timed out after %u ms: %s", (unsigned)l->cfg.timeout_ms, why);
+    }
+    t0 = pf__now_ns();
+    copy_bound = pf__copy_bound(l);
+    *timed_out = pf__consumer_wait(l, deadline) != 0;
+    pf__account_wait(l, t0, copy_bound);
+    return PF_OK;
+}
+
+static pf_result pf__next_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
+    bool timed_out = false;
+    if (l->held == l->nslots)
+        return pf__fail(l, PF_ERR_INVALID_STATE,
+                        "pf_next: the caller holds all %u host slots; release a batch first "
+                        "(or raise cfg.host_slots)", (unsigned)l->nslots);
+    for (;;) {
+        pf__slot *s = NULL;
+        pf_result w;
+        int r = pf__take(l, &s);
+        if (r == PF_OK) {
+            s->state = PF__SLOT_HELD;
+            s->ticket = ++l->ticket;
+            l->held++;
+            pf__note_delivery(l, s->epoch, s->batch, s->nbatches, s->count, s->bytes);
+            pf__fill_batch(l, out, s->data, s->bytes, s->epoch, s->batch, s->indices, s->count, s->rng, s->ticket,
+                           s->index);
+            return PF_OK;
+        }
+        if (r == PF_END_OF_EPOCH) {
+            pf__note_epoch_end(l);
+            return PF_END_OF_EPOCH;
+        }
+        if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
+        if (r != PF__WAIT) {
+            l->fatal = r;
+            return pf__fail(l, (pf_result)r, "%s", l->take_msg);
+        }
+        w = pf__wait_or_timeout(l, deadline, &timed_out);
+        if (w != PF_OK) return w;
+    }
+}
+
+static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn, uint32_t nslots,
+                                 uint64_t (*ticket_of)(pf_loader *, uint32_t)) {
+    if (b->pf__owner != l)
+        return pf__fail(l, PF_ERR_INVALID_ARG, "%s: this batch is not from this loader's pf_next", fn);
+    if (b->pf__ticket == 0)
+        return pf__fail(l, PF_ERR_INVALID_STATE, "%s: this batch was already released", fn);
+    if (b->pf__slot >= nslots)
+        return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (slot %u of %u)", fn,
+                        (unsigned)b->pf__slot, (unsigned)nslots);
+    if (ticket_of(l, b->pf__slot) != b->pf__ticket)
+        return pf__fail(l, PF_ERR_INVALID_STATE, "%s: epoch %llu batch %llu was already released", fn,
+                        (unsigned long long)b->epoch, (unsigned long long)b->batch);
+    return PF_OK;
+}
+
+static uint64_t pf__host_ticket(pf_loader *l, uint32_t slot) { return l->slots[slot].ticket; }
+
+static pf_result pf__release_host(pf_loader *l, pf_batch *b) {
+    pf_result r = pf__check_batch(l, b, "pf_release", l->nslots, pf__host_ticket);
+    if (r != PF_OK) return r;
+    l->held--;
+    pf__slot_free(l, &l->slots[b->pf__slot]);
+    b->pf__ticket = 0;
+    return PF_OK;
+}
+
+/* >>backend cuda ---------------------------------------------------------- */
+#ifdef PREFETCH_CUDA
+/* Every answer of the runtime that means "there is no GPU to use here". */
+static bool pf__cuda_no_device(cudaError_t e) {
+    switch (e) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorSystemDriverMismatch:
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorInitializationError:
+    case cudaErrorSystemNotReady:
+    case cudaErrorStubLibrary:
+    case cudaErrorCallRequiresNewerDriver:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static pf_result pf__cuda_code(cudaError_t e) {
+    if (pf__cuda_no_device(e)) return PF_ERR_NO_DEVICE;
+    if (e == cudaErrorMemoryAllocation) return PF_ERR_NO_MEMORY;
+    return PF_ERR_CUDA;
+}
+
+/* "call failed: message (cudaErrorName)" */
+static void pf__cuda_msg(char *dst, size_t size, const char *call, cudaError_t e) {
+    pf__format(dst, size, "%s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* The calling thread works on the loader's device for the span of a call and
+   gets its own current device back afterwards. */
+static cudaError_t pf__cuda_enter(pf_loader *l, int *prev) {
+    if (cudaGetDevice(prev) != cudaSuccess) *prev = -1;
+    return cudaSetDevice(l->cu.device);
+}
+static void pf__cuda_leave(pf_loader *l, int prev) {
+    if (prev >= 0 && prev != l->cu.device) (void)cudaSetDevice(prev);
+}
+
+static void pf__cuda_bind_thread(pf_loader *l) {
+    cudaError_t e;
+    if (l->backend != PF_BACKEND_CUDA) return;
+    e = cudaSetDevice(l->cu.device);
+    if (e != cudaSuccess)
+        pf__log(&l->cfg, PF_LOG_WARN, "worker thread: cudaSetDevice(%d) failed: %s", l->cu.device,
+                cudaGetErrorString(e));
+}
+
+/* Is there a device to use? PF_OK, PF_ERR_NO_DEVICE (with the runtime's
+   message) or PF_ERR_INVALID_ARG (cuda_device out of range). */
+static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        char m[PF__MSG_SIZE];
+        pf__cuda_msg(m, sizeof m, "cudaGetDeviceCount", e);
+        pf__format(why, n, "no usable CUDA device: %s", m);
+        return pf__cuda_no_device(e) ? PF_ERR_NO_DEVICE : PF_ERR_CUDA;
+    }
+    if (count <= 0) {
+        pf__format(why, n, "no usable CUDA device: cudaGetDeviceCount reports 0 devices");
+        return PF_ERR_NO_DEVICE;
+    }
+    if (c->cuda_device >= count) {
+        pf__format(why, n, "cfg.cuda_device is %d: must be 0 .. %d (the runtime reports %d device%s)",
+                   c->cuda_device, count - 1, count, count == 1 ? "" : "s");
+        return PF_ERR_INVALID_ARG;
+    }
+    return PF_OK;
+}
+
+/* Pinned block, device block, copy stream, two events per device slot. */
+static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
+    pf__cuda *cu = &l->cu;
+    size_t host_bytes = (size_t)l->nslots * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
+    char m[PF__MSG_SIZE];
+    cudaError_t e;
+    pf_result r = PF_OK;
+    uint32_t d;
+    int prev;
+    cu->device = l->cfg.cuda_device;
+    cu->consumer = (cudaStream_t)l->cfg.stream;
+    e = pf__cuda_enter(l, &prev);
+    if (e != cudaSuccess) {
+        pf__cuda_msg(m, sizeof m, "cudaSetDevice", e);
+        pf__format(why, n, "pf_create: %s", m);
+        return pf__cuda_code(e);
+    }
+#define PF__CUDA_TRY(call, code, ...)                                                                     \
+    if ((e = (call)) != cudaSuccess) {                                                                    \
+        char what[PF__MSG_SIZE];                                                                          \
+        pf__format(what, sizeof what, __VA_ARGS__);                                                       \
+        pf__cuda_msg(m, sizeof m, what, e);                                                               \
+        pf__format(why, n, "pf_create: %s", m);                                                           \
+        r = (code);                                                                                       \
+        goto done;                                                                                        \
+    }
+    PF__CUDA_TRY(cudaHostAlloc((void **)&cu->pinned, host_bytes, cudaHostAllocDefault),
+                 pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
+                 "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu)", (unsigned long long)host_bytes,
+                 (unsigned)l->nslots, (unsigned long long)l->stride)
+    PF__CUDA_TRY(cudaMalloc((void **)&cu->dev, dev_bytes),
+                 pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
+                 "cudaMalloc of %llu device bytes (device_slots %u x %llu)", (unsigned long long)dev_bytes,
+                 (unsigned)l->cfg.device_slots, (unsigned long long)l->stride)
+    PF__CUDA_TRY(cudaStreamCreateWithFlags(&cu->copy, cudaStreamNonBlocking), pf__cuda_code(e),
+                 "cudaStreamCreateWithFlags(copy stream, cudaStreamNonBlocking)")
+    for (d = 0; d < l->cfg.device_slots; d++) {
+        /* BlockingSync: a host thread waiting on one sleeps instead of spinning */
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->copied[d], cudaEventDisableTiming | cudaEventBlockingSync),
+                     pf__cuda_code(e), "cudaEventCreateWithFlags(copied[%u])", (unsigned)d)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->released[d], cudaEventDisableTiming | cudaEventBlockingSync),
+                     pf__cuda_code(e), "cudaEventCreateWithFlags(released[%u])", (unsigned)d)
+    }
+#undef PF__CUDA_TRY
+    for (d = 0; d < l->nslots; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
+done:
+    if (r != PF_OK) (void)cudaGetLastError(); /* leave no error behind for the caller's next call */
+    pf__cuda_leave(l, prev);
+    return r;
+}
+
+/* After the threads are joined: drain the copy stream (its host callbacks
+   touch the loader), wait until the GPU has passed every released slot, then
+   free. A batch still held is the caller's to finish with before destroy. */
+static void pf__cuda_destroy(pf_loader *l) {
+    pf__cuda *cu = &l->cu;
+    uint32_t d;
+    int prev;
+    if (pf__cuda_enter(l, &prev) != cudaSuccess) prev = -1;
+    if (cu->copy) (void)cudaStreamSynchronize(cu->copy);
+    for (d = 0; d < l->cfg.device_slots; d++) {
+        if (cu->released && cu->released[d] && cu->dslots[d].released_once)
+            (void)cudaEventSynchronize(cu->released[d]);
+    }
+    for (d = 0; d < l->cfg.device_slots; d++) {
+        if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
+        if (cu->released && cu->released[d]) (void)cudaEventDestroy(cu->released[d]);
+    }
+    if (cu->copy) (void)cudaStreamDestroy(cu->copy);
+    if (cu->dev) (void)cudaFree(cu->dev);
+    if (cu->pinned) (void)cudaFreeHost(cu->pinned);
+    (void)cudaGetLastError();
+    pf__cuda_leave(l, prev);
+}
+
+/* Runs on the copy stream once the DMA out of host slot s has finished:
+   only now may a worker refill it. No CUDA calls allowed here. */
+static void CUDART_CB pf__copied_cb(void *arg) {
+    pf__slot *s = (pf__slot *)arg;
+    pf_loader *l = s->owner;
+    pf__lock(&l->mu);
+    pf__slot_free(l, s);
+    pf__unlock(&l->mu);
+}
+
+static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
+    pf__cuda *cu = &l->cu;
+    pf__item *it = &cu->fifo[(cu->fifo_head + cu->fifo_count++) % cu->fifo_cap];
+    it->kind = kind;
+    it->slot = slot;
+    if (l->consumer_waiting) pf__broadcast(&l->consumer_cv);
+}
+
+/* The stager's error ends the stream of batches; the consumer sees it after
+   every batch staged before it (lock held). */
+static void pf__stage_error(pf_loader *l, int code, const char *msg) {
+    pf__cuda *cu = &l->cu;
+    l->take_fatal = code;
+    if (msg != l->take_msg) pf__format(l->take_msg, sizeof l->take_msg, "%s", msg);
+    pf__push_item(l, PF__ITEM_ERROR, 0);
+    cu->stager_done = true;
+}
+
+/* Copy host slot s into device slot d, ordered on the GPU after the
+   consumer's release of d, and free s once the DMA is done. No lock held. */
+static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, char *why, size_t n) {
+    pf__cuda *cu = &l->cu;
+    cudaError_t e;
+    char what[PF__MSG_SIZE];
+    if ((e = cudaStreamWaitEvent(cu->copy, cu->released[d], 0)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaStreamWaitEvent(copy stream, released[%u])", (unsigned)d);
+    } else if ((e = cudaMemcpyAsync(cu->dev + (size_t)d * l->stride, s->data, bytes, cudaMemcpyHostToDevice,
+                                    cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaMemcpyAsync(%llu bytes, host slot %u -> device slot %u)",
+                   (unsigned long long)bytes, (unsigned)s->index, (unsigned)d);
+    } else if ((e = cudaEventRecord(cu->copied[d], cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaEventRecord(copied[%u], copy stream)", (unsigned)d);
+    } else if ((e = cudaLaunchHostFunc(cu->copy, pf__copied_cb, s)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaLaunchHostFunc(copy stream)");
+    } else {
+        return PF_OK;
+    }
+    pf__cuda_msg(why, n, what, e);
+    return pf__cuda_code(e);
+}
+
+static PF__THREAD_FN pf__stager_main(void *arg) {
+    pf_loader *l = (pf_loader *)arg;
+    pf__cuda *cu = &l->cu;
+    cudaError_t e = cudaSetDevice(cu->device);
+    pf__lock(&l->mu);
+    if (e != cudaSuccess) {
+        char m[PF__MSG_SIZE];
+        pf__cuda_msg(m, sizeof m, "stager: cudaSetDevice", e);
+        pf__stage_error(l, PF_ERR_CUDA, m);
+    }
+    while (!l->stopping && !cu->stager_done) {
+        pf__slot *s = NULL;
+        pf__dslot *ds;
+        uint64_t *swap;
+        uint32_t d;
+        int r;
+        char why[PF__MSG_SIZE];
+        if (cu->fifo_count == cu->fifo_cap) {
+            pf__cond_wait(&cu->stager_cv, &l->mu);
+            continue;
+        }
+        r = pf__take(l, &s);
+        if (r == PF__WAIT) {
+            pf__cond_wait(&cu->stager_cv, &l->mu);
+            continue;
+        }
+        if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) {
+            pf__push_item(l, r == PF_END_OF_EPOCH ? PF__ITEM_EPOCH_END : PF__ITEM_DATA_END, 0);
+            cu->stager_done = r == PF_END_OF_DATA;
+            continue;
+        }
+        if (r != PF_OK) {
+            pf__stage_error(l, r, l->take_msg);
+            continue;
+        }
+        s->state = PF__SLOT_STAGING;
+        while (cu->dfree_count == 0 && !l->stopping) pf__cond_wait(&cu->stager_cv, &l->mu);
+        if (l->stopping) break;
+        d = cu->dfree[cu->dfree_head];
+        cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
+        cu->dfree_count--;
+        ds = &cu->dslots[d];
+        ds->epoch = s->epoch;
+        ds->batch = s->batch;
+        ds->rng = s->rng;
+        ds->nbatches = s->nbatches;
+        ds->bytes = s->bytes;
+        ds->count = s->count;
+        swap = ds->indices; /* the batch's indices travel with it, no copy */
+        ds->indices = s->indices;
+        s->indices = swap;
+        s->state = PF__SLOT_COPYING;
+        pf__unlock(&l->mu);
+        r = pf__stage_copy(l, s, d, ds->bytes, why, sizeof why);
+        pf__lock(&l->mu);
+        if (r != PF_OK) {
+            pf__stage_error(l, r, why);
+            break;
+        }
+        ds->state = PF__SLOT_READY;
+        l->st_copies++;
+        l->st_copy_bytes += ds->bytes;
+        pf__push_item(l, PF__ITEM_BATCH, d);
+    }
+    pf__unlock(&l->mu);
+    if (cu->stager_done && l->take_fatal && !PF__LOAD_FLAG(&l->stopping) && l->take_fatal != PF_ERR_LOAD)
+        pf__log(&l->cfg, PF_LOG_ERROR, "%s", l->take_msg);
+    PF__THREAD_RETURN;
+}
+
+static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
+    pf__cuda *cu = &l->cu;
+    bool timed_out = false;
+    if (cu->held == l->cfg.device_slots)
+        return pf__fail(l, PF_ERR_INVALID_STATE,
+                        "pf_next: the caller holds all %u device slots; release a batch first "
+                        "(or raise cfg.device_slots)", (unsigned)l->cfg.device_slots);
+    for (;;) {
+        if (cu->fifo_count) {
+            pf__item it = cu->fifo[cu->fifo_head];
+            pf__dslot *ds;
+            if (it.kind == PF__ITEM_DATA_END) return PF_END_OF_DATA;
+            cu->fifo_head = (cu->fifo_head + 1) % cu->fifo_cap;
+            cu->fifo_count--;
+            pf__signal(&cu->stager_cv);
+            if (it.kind == PF__ITEM_EPOCH_END) {
+                pf__note_epoch_end(l);
+                return PF_END_OF_EPOCH;
+            }
+            if (it.kind == PF__ITEM_ERROR) {
+                l->fatal = l->take_fatal;
+                return pf__fail(l, (pf_result)l->fatal, "%s", l->take_msg);
+            }
+            ds = &cu->dslots[it.slot];
+            ds->state = PF__SLOT_HELD;
+            ds->ticket = ++l->ticket;
+            cu->held++;
+            pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes);
+            pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
+                           ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
+            return PF_OK;
+        }
+        {
+            pf_result w = pf__wait_or_timeout(l, deadline, &timed_out);
+            if (w != PF_OK) return w;
+        }
+    }
+}
+
+static uint64_t pf__device_ticket(pf_loader *l, uint32_t slot) { return l->cu.dslots[slot].ticket; }
+
+/* The consumer stream waits for the copy on the GPU; the host goes on. */
+static pf_result pf__cuda_consume(pf_loader *l, const pf_batch *b) {
+    int prev;
+    cudaError_t e = pf__cuda_enter(l, &prev);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(l->cu.consumer, l->cu.copied[b->pf__slot], 0);
+    pf__cuda_leave(l, prev);
+    if (e != cudaSuccess) {
+        char m[PF__MSG_SIZE];
+        pf__cuda_msg(m, sizeof m, "pf_next: cudaStreamWaitEvent(consumer stream, copied)", e);
+        pf__lock(&l->mu);
+        l->fatal = PF_ERR_CUDA;
+        pf__format(l->take_msg, sizeof l->take_msg, "%s", m);
+        pf__fail(l, PF_ERR_CUDA, "%s", m);
+        pf__unlock(&l->mu);
+        pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
+        return PF_ERR_CUDA;
+    }
+    return PF_OK;
+}
+
+/* Record released[d] on the consumer stream, then hand d to the stager,
+   whose next copy into d waits for that event on the GPU. */
+static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
+    pf__cuda *cu = &l->cu;
+    uint32_t d;
+    int prev;
+    cudaError_t e;
+    pf_result r;
+    pf__lock(&l->mu);
+    r = pf__check_batch(l, b, "pf_release", l->cfg.device_slots, pf__device_ticket);
+    if (r != PF_OK) {
+        pf__unlock(&l->mu);
+        return r;
+    }
+    d = b->pf__slot;
+    cu->dslots[d].ticket = 0; /* claimed by this release: a racing second release fails */
+    b->pf__ticket = 0;
+    pf__unlock(&l->mu);
+    e = pf__cuda_enter(l, &prev);
+    if (e == cudaSuccess) e = cudaEventRecord(cu->released[d], cu->consumer);
+    pf__cuda_leave(l, prev);
+    pf__lock(&l->mu);
+    if (e != cudaSuccess) {
+        /* the GPU may still read d and nothing orders the next copy after
+           it: keep d out of circulation, stop the pipeline */
+        char m[PF__MSG_SIZE];
+        pf__cuda_msg(m, sizeof m, "pf_release: cudaEventRecord(released, consumer stream)", e);
+        l->fatal = PF_ERR_CUDA;
+        pf__format(l->take_msg, sizeof l->take_msg, "%s", m);
+        r = pf__fail(l, PF_ERR_CUDA, "%s", m);
+    } else {
+        cu->dslots[d].released_once = true;
+        cu->dslots[d].state = PF__SLOT_FREE;
+        cu->dfree[(cu->dfree_head + cu->dfree_count++) % l->cfg.device_slots] = d;
+        cu->held--;
+        pf__signal(&cu->stager_cv);
+    }
+    pf__unlock(&l->mu);
+    return r;
+}
+
+static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
+    int prev;
+    cudaError_t e;
+    pf_result r;
+    pf__lock(&l->mu);
+    r = pf__check_batch(l, b, "pf_batch_wait", l->cfg.device_slots, pf__device_ticket);
+    pf__unlock(&l->mu);
+    if (r != PF_OK) return r;
+    e = pf__cuda_enter(l, &prev);
+    if (e == cudaSuccess) e = cudaEventSynchronize(l->cu.copied[b->pf__slot]);
+    pf__cuda_leave(l, prev);
+    if (e != cudaSuccess) {
+        char m[PF__MSG_SIZE];
+        pf__cuda_msg(m, sizeof m, "pf_batch_wait: cudaEventSynchronize(copied)", e);
+        pf__lock(&l->mu);
+        r = pf__fail(l, PF_ERR_CUDA, "%s", m);
+        pf__unlock(&l->mu);
+    }
+    return r;
+}
+#endif /* PREFETCH_CUDA */
+
+/* >>public ---------------------------------------------------------------- */
+/* Bookkeeping is one allocation: the loader, then its arrays. One place to
+   fail, one to free. */
+typedef struct pf__layout {
+    size_t size;
+    bool overflow;
+} pf__layout;
+
+static size_t pf__reserve(pf__layout *lay, size_t count, size_t elem) {
+    size_t off = (lay->size + 63) & ~(size_t)63, bytes;
+    if (off < lay->size || (elem && count > SIZE_MAX / elem)) lay->overflow = true;
+    bytes = count * elem;
+    if (off + bytes < off) lay->overflow = true;
+    lay->size = off + bytes;
+    return off;
+}
+
+static void pf__teardown(pf_loader *l) {
+    uint32_t i;
+    pf_allocator a = l->cfg.allocator;
+    if (l->mu_ok) {
+        pf__lock(&l->mu);
+        PF__STORE_FLAG(&l->stopping, 1);
+        if (l->worker_cv_ok) pf__broadcast(&l->worker_cv);
+        if (l->consumer_cv_ok) pf__broadcast(&l->consumer_cv);
+#ifdef PREFETCH_CUDA
+        if (l->backend == PF_BACKEND_CUDA) pf__broadcast(&l->cu.stager_cv);
+#endif
+        pf__unlock(&l->mu);
+    }
+#ifdef PREFETCH_CUDA
+    if (l->cu.stager_started) pf__thread_join(l->cu.stager);
+#endif
+    for (i = 0; i < l->workers_started; i++) pf__thread_join(l->workers[i].thread);
+#ifdef PREFETCH_CUDA
+    if (l->backend == PF_BACKEND_CUDA) {
+        pf__cuda_destroy(l);
+        pf__cond_destroy(&l->cu.stager_cv);
+    }
+#endif
+    if (l->consumer_cv_ok) pf__cond_destroy(&l->consumer_cv);
+    if (l->worker_cv_ok) pf__cond_destroy(&l->worker_cv);
+    if (l->mu_ok) pf__mutex_destroy(&l->mu);
+    if (l->host_raw) a.free_fn(l->host_raw, a.user_data);
+    a.free_fn(l, a.user_data);
+}
+
+static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
+    pf__layout lay = {0, false};
+    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers;
+    uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
+    uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
+    size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    unsigned char *base;
+    pf_loader *l;
+    pf_result r;
+#ifdef PREFETCH_CUDA
+    size_t o_dslots = 0, o_dfree = 0, o_items = 0, o_copied = 0, o_released = 0;
+    uint32_t fifo_cap = dslots + plan_cap + 2;
+#endif
+    pf__reserve(&lay, 1, sizeof(pf_loader));
+    o_slots = pf__reserve(&lay, nslots, sizeof(pf__slot));
+    o_free = pf__reserve(&lay, nslots, sizeof(uint32_t));
+    o_order = pf__reserve(&lay, nslots, sizeof(uint32_t));
+    o_fifo = pf__reserve(&lay, nslots, sizeof(uint32_t));
+    o_msgs = pf__reserve(&lay, nslots, PF__MSG_SIZE);
+    o_index = pf__reserve(&lay, (size_t)(nslots + dslots) * c->batch_size, sizeof(uint64_t));
+    o_plans = pf__reserve(&lay, plan_cap, sizeof(pf__plan));
+    o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
+#ifdef PREFETCH_CUDA
+    if (dslots) {
+        o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
+        o_dfree = pf__reserve(&lay, dslots, sizeof(uint32_t));
+        o_items = pf__reserve(&lay, fifo_cap, sizeof(pf__item));
+        o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
+        o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
+    }
+#endif
+    if (lay.overflow) {
+        pf__format(why, n, "pf_create: bookkeeping for %u slots of batch_size %u does not fit in memory",
+                   (unsigned)(nslots + dslots), (unsigned)c->batch_size);
+        return PF_ERR_NO_MEMORY;
+    }
+    base = (unsigned char *)c->allocator.alloc_fn(lay.size, c->allocator.user_data);
+    if (!base) {
+        pf__format(why, n, "pf_create: out of memory: %llu bytes of bookkeeping (cfg.allocator)",
+                   (unsigned long long)lay.size);
+        return PF_ERR_NO_MEMORY;
+    }
+    memset(base, 0, lay.size);
+    l = (pf_loader *)base;
+    l->cfg = *c;
+    l->backend = backend;
+    l->stride = stride;
+    l->nslots = nslots;
+    l->plan_cap = plan_cap;
+    l->slots = (pf__slot *)(base + o_slots);
+    l->free_stack = (uint32_t *)(base + o_free);
+    l->order = (uint32_t *)(base + o_order);
+    l->ready_fifo = (uint32_t *)(base + o_fifo);
+    l->msgs = (char *)(base + o_msgs);
+    l->index_mem = (uint64_t *)(base + o_index);
+    l->plans = (pf__plan *)(base + o_plans);
+    l->workers = (pf__worker *)(base + o_workers);
+    for (i = 0; i < nslots; i++) {
+        pf__slot *s = &l->slots[i];
+        s->owner = l;
+        s->index = i;
+        s->indices = l->index_mem + (size_t)i * c->batch_size;
+        s->msg = l->msgs + (size_t)i * PF__MSG_SIZE;
+        l->free_stack[i] = nslots - 1 - i; /* slot 0 on top */
+    }
+    l->nfree = nslots;
+    *out = l;
+#ifdef PREFETCH_CUDA
+    if (dslots) {
+        pf__cuda *cu = &l->cu;
+        cu->dslots = (pf__dslot *)(base + o_dslots);
+        cu->dfree = (uint32_t *)(base + o_dfree);
+        cu->fifo = (pf__item *)(base + o_items);
+        cu->fifo_cap = fifo_cap;
+        cu->copied = (cudaEvent_t *)(base + o_copied);
+        cu->released = (cudaEvent_t *)(base + o_released);
+        for (i = 0; i < dslots; i++) {
+            cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
+            cu->dfree[i] = i;
+        }
+        cu->dfree_count = dslots;
+        r = pf__cuda_create(l, why, n);
+        if (r != PF_OK) return r;
+    }
+#endif
+    if (backend == PF_BACKEND_HOST) {
+        size_t bytes = (size_t)nslots * stride + PF__ALIGN;
+        unsigned char *p;
+        l->host_raw = c->allocator.alloc_fn(bytes, c->allocator.user_data);
+        if (!l->host_raw) {
+            pf__format(why, n, "pf_create: out of memory: %llu bytes for host_slots %u x %llu (cfg.allocator)",
+                       (unsigned long long)bytes, (unsigned)nslots, (unsigned long long)stride);
+            return PF_ERR_NO_MEMORY;
+        }
+        p = (unsigned char *)l->host_raw;
+        p += (PF__ALIGN - (uintptr_t)p % PF__ALIGN) % PF__ALIGN;
+        for (i = 0; i < nslots; i++) l->slots[i].data = p + (size_t)i * stride;
+    }
+    r = PF_OK;
+    return r;
+}
+
+static pf_result pf__start(pf_loader *l, char *why, size_t n) {
+    uint32_t i;
+    if (pf__mutex_init(&l->mu) != 0) goto thread_fail;
+    l->mu_ok = true;
+    if (pf__cond_init(&l->worker_cv) != 0) goto thread_fail;
+    l->worker_cv_ok = true;
+    if (pf__cond_init(&l->consumer_cv) != 0) goto thread_fail;
+    l->consumer_cv_ok = true;
+#ifdef PREFETCH_CUDA
+    if (l->backend == PF_BACKEND_CUDA) {
+        if (pf__cond_init(&l->cu.stager_cv) != 0) goto thread_fail;
+        /* teardown destroys stager_cv with the CUDA backend: it exists now */
+    }
+#endif
+    for (i = 0; i < l->cfg.num_workers; i++) {
+        pf__worker *w = &l->workers[i];
+        w->owner = l;
+        w->id = i;
+        if (pf__thread_start(&w->thread, pf__worker_main, w) != 0) {
+            pf__format(why, n, "pf_create: could not start worker thread %u of %u", (unsigned)i,
+                       (unsigned)l->cfg.num_workers);
+            return PF_ERR_THREAD;
+        }
+        l->workers_started++;
+    }
+#ifdef PREFETCH_CUDA
+    if (l->backend == PF_BACKEND_CUDA) {
+        if (pf__thread_start(&l->cu.stager, pf__stager_main, l) != 0) {
+            pf__format(why, n, "pf_create: could not start the stager thread");
+            return PF_ERR_THREAD;
+        }
+        l->cu.stager_started = true;
+    }
+#endif
+    return PF_OK;
+thread_fail:
+    pf__format(why, n, "pf_create: could not initialise a mutex or condition variable");
+    return PF_ERR_THREAD;
+}
+
+PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
+    char *why = pf__create_error;
+    size_t n = sizeof pf__create_error;
+    pf_config c;
+    pf_backend backend = PF_BACKEND_HOST;
+    pf_loader *l = NULL;
+    pf_result r;
+    why[0] = '\0';
+    if (!out) return (pf__format(why, n, "pf_create: out is NULL"), PF_ERR_INVALID_ARG);
+    *out = NULL;
+    if (!cfg) return (pf__format(why, n, "pf_create: cfg is NULL"), PF_ERR_INVALID_ARG);
+    c = pf_config_defaults(cfg);
+    r = pf__check_config(cfg, &c, why, n);
+    if (r != PF_OK) return r;
+#ifdef PREFETCH_CUDA
+    if (c.backend != PF_BACKEND_HOST) {
+        r = pf__cuda_probe(&c, why, n);
+        if (r == PF_OK) {
+            backend = PF_BACKEND_CUDA;
+        } else if (c.backend == PF_BACKEND_CUDA || r == PF_ERR_INVALID_ARG) {
+            (void)cudaGetLastError();
+            return r;
+        } else {
+            (void)cudaGetLastError();
+            pf__log(&c, PF_LOG_INFO, "backend: %s; using the host backend", why);
+            why[0] = '\0';
+        }
+    }
+#else
+    if (c.backend == PF_BACKEND_CUDA) {
+        pf__format(why, n, "cfg.backend is PF_BACKEND_CUDA, but prefetch.h was compiled without CUDA: "
+                           "define PREFETCH_CUDA and link -lcudart, or build with nvcc");
+        return PF_ERR_NO_DEVICE;
+    }
+    if (c.backend == PF_BACKEND_DEFAULT)
+        pf__log(&c, PF_LOG_INFO, "backend: compiled without PREFETCH_CUDA; using the host backend");
+#endif
+    r = pf__build(&c, backend, &l, why, n);
+    if (r == PF_OK) r = pf__start(l, why, n);
+    if (r != PF_OK) {
+        if (l) pf__teardown(l);
+        return r;
+    }
+    pf__log(&c, PF_LOG_INFO, "created: %s backend, %u workers, %u host slots%s of %llu bytes",
+            backend == PF_BACKEND_CUDA ? "CUDA" : "host", (unsigned)c.num_workers, (unsigned)c.host_slots,
+            backend == PF_BACKEND_CUDA ? " (pinned)" : "", (unsigned long long)l->stride);
+    *out = l;
+    return PF_OK;
+}
+
+PF_API void pf_destroy(pf_loader *l) {
+    if (l) pf__teardown(l);
+}
+
+PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
+    struct timespec deadline;
+    pf_result r;
+    if (!l) return PF_ERR_INVALID_ARG;
+    if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
+    pf__lock(&l->mu);
+    if (!out) {
+        r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_next: out is NULL");
+    } else if (l->fatal) {
+        r = pf__fail(l, (pf_result)l->fatal, "%s", l->take_msg);
+    } else {
+#ifdef PREFETCH_CUDA
+        if (l->backend == PF_BACKEND_CUDA)
+            r = pf__next_cuda(l, out, l->cfg.timeout_ms ? &deadline : NULL);
+        else
+#endif
+            r = pf__next_host(l, out, l->cfg.timeout_ms ? &deadline : NULL);
+    }
+    pf__unlock(&l->mu);
+#ifdef PREFETCH_CUDA
+    if (r == PF_OK && l->backend == PF_BACKEND_CUDA) r = pf__cuda_consume(l, out);
+#endif
+    return r;
+}
+
+PF_API pf_result pf_release(pf_loader *l, pf_batch *b) {
+    pf_result r;
+    if (!l) return PF_ERR_INVALID_ARG;
+#ifdef PREFETCH_CUDA
+    if (b && l->backend == PF_BACKEND_CUDA) return pf__release_cuda(l, b);
+#endif
+    pf__lock(&l->mu);
+    r = b ? pf__release_host(l, b) : pf__fail(l, PF_ERR_INVALID_ARG, "pf_release: batch is NULL");
+    pf__unlock(&l->mu);
+    return r;
+}
+
+PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b) {
+    pf_result r;
+    if (!l) return PF_ERR_INVALID_ARG;
+#ifdef PREFETCH_CUDA
+    if (b && l->backend == PF_BACKEND_CUDA) return pf__batch_wait_cuda(l, b);
+#endif
+    pf__lock(&l->mu);
+    r = b ? pf__check_batch(l, b, "pf_batch_wait", l->nslots, pf__host_ticket)
+          : pf__fail(l, PF_ERR_INVALID_ARG, "pf_batch_wait: batch is NULL");
+    pf__unlock(&l->mu);
+    return r;
+}
+
+PF_API const char *pf_error(const pf_loader *l) {
+    const char *m = l ? l->err : pf__create_error;
+    return m[0] ? m : "no error";
+}
+
+PF_API const char *pf_result_string(pf_result r) {
+    switch (r) {
+#define PF__RESULT_CASE(name, value, text) \
+    case name:                             \
+        return text;
+        PF_RESULT_LIST(PF__RESULT_CASE)
+#undef PF__RESULT_CASE
+    default:
+        return "unknown pf_result";
+    }
+}
+
+/* The verdict from the counters alone, so it can be tested on numbers. */
+static void pf__verdict(pf_stats *s) {
+    double waited = s->elapsed_s > 0 ? s->wait_s / s->elapsed_s : 0;
+    if (s->batches < 2 || s->elapsed_s <= 0) {
+        s->bound = PF_BOUND_UNKNOWN;
+        s->verdict = "unknown: too few batches delivered to tell";
+    } else if (waited < 0.05) {
+        s->bound = PF_BOUND_COMPUTE;
+        s->verdict = "compute-bound: the loader keeps up; the consumer rarely waits";
+    } else if (s->wait_copy_s > s->wait_input_s) {
+        s->bound = PF_BOUND_COPY;
+        s->verdict = "copy-bound: the consumer waits for host-to-device copies; send fewer bytes "
+                     "(e.g. uint8, normalise on the GPU)";
+    } else {
+        s->bound = PF_BOUND_INPUT;
+        s->verdict = "input-bound: the consumer waits for loads; add workers or make load cheaper";
+    }
+}
+
+PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
+    pf_loader *l = (pf_loader *)cl; /* the lock is not part of the loader's value */
+    uint32_t i;
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!l) {
+        pf__verdict(out);
+        return;
+    }
+    pf__lock(&l->mu);
+    out->backend = l->backend;
+    out->num_workers = l->cfg.num_workers;
+    out->host_slots = l->nslots;
+    out->device_slots = l->backend == PF_BACKEND_CUDA ? l->cfg.device_slots : 0;
+    out->epoch = l->cons_epoch;
+    out->batch = l->cons_batch;
+    out->batches_in_epoch = l->cons_nbatches;
+    out->batches = l->st_batches;
+    out->samples = l->st_samples;
+    out->bytes = l->st_bytes;
+    out->copies = l->st_copies;
+    out->copy_bytes = l->st_copy_bytes;
+    out->elapsed_s = pf__sec(l->st_last_ns - l->st_first_ns);
+    out->wait_input_s = pf__sec(l->st_wait_input_ns);
+    out->wait_copy_s = pf__sec(l->st_wait_copy_ns);
+    out->wait_s = out->wait_input_s + out->wait_copy_s;
+    out->load_s = pf__sec(l->st_load_ns);
+    out->worker_wait_s = pf__sec(l->st_worker_wait_ns);
+    out->occupancy = l->st_nexts ? (double)l->st_ready_sum / ((double)l->st_nexts * l->nslots) : 0;
+    for (i = 0; i < l->nslots; i++) {
+        int st = l->slots[i].state;
+        out->free_slots += st == PF__SLOT_FREE;
+        out->loading_slots += st == PF__SLOT_LOADING;
+        out->ready_slots += st == PF__SLOT_READY;
+        out->held_slots += st == PF__SLOT_HELD;
+        out->copying_slots += st == PF__SLOT_COPYING || st == PF__SLOT_STAGING;
+    }
+#ifdef PREFETCH_CUDA
+    if (l->backend == PF_BACKEND_CUDA) {
+        for (i = 0; i < l->cfg.device_slots; i++) {
+            out->device_ready += l->cu.dslots[i].state == PF__SLOT_READY;
+            out->device_held += l->cu.dslots[i].state == PF__SLOT_HELD;
+        }
+    }
+#endif
+    pf__unlock(&l->mu);
+    pf__verdict(out);
+}
+
+PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) {
+    pf__worker *w = job ? (pf__worker *)job->pf__worker : NULL;
+    va_list ap;
+    if (!w || !fmt) return -1;
+    va_start(ap, fmt);
+    pf__vformat(w->msg, sizeof w->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+PF_API bool pf_job_cancelled(const pf_job *job) {
+    const pf__worker *w = job ? (const pf__worker *)job->pf__worker : NULL;
+    return w ? PF__LOAD_FLAG(&w->owner->stopping) != 0 : false;
+}
+
+#endif /* PREFETCH_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------
+This software is available under 2 licenses -- choose whichever you prefer.
+------------------------------------------------------------------------------
+ALTERNATIVE A - MIT License
+Copyright (c) 2026 the prefetch.h authors
+Permission is hereby granted, free of charge, to any person obtaining a copy of
+this software and associated documentation files (the "Software"), to deal in
+the Software without restriction, including without limitation the rights to
+use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies
+of the Software, and to permit persons to whom the Software is furnished to do
+so, subject to the following conditions:
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+------------------------------------------------------------------------------
+ALTERNATIVE B - Public Domain (www.unlicense.org)
+This is free and unencumbered software released into the public domain.
+Anyone is free to copy, modify, publish, use, compile, sell, or distribute this
+software, either in source code form or as a compiled binary, for any purpose,
+commercial or non-commercial, and by any means.
+In jurisdictions that recognize copyright laws, the author or authors of this
+software dedicate any and all copyright interest in the software to the public
+domain. We make this dedication in recognition of the continuing development of
+software and to the benefit of the public at large. We make this dedication to
+the detriment of our heirs and successors and all present and future rights to
+said software under copyright law.
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN
+ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION
+WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+------------------------------------------------------------------------------
+*/

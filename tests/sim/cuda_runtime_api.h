@@ -1,0 +1,119 @@
+/* Simulated CUDA runtime for prefetch.h's tests: the subset of the runtime
+   API the library calls, with the real names, values and signatures, plus a
+   few cudaSim* calls for the tests. Streams are threads that run their
+   operations in FIFO order after a seeded random delay. Every stream (and
+   the host) carries a vector clock; event records, cudaStreamWaitEvent,
+   synchronisation and host functions pass clocks along exactly the edges
+   CUDA guarantees, and every byte of pinned and device memory remembers
+   its last writer and readers. An access not ordered after a conflicting
+   one is a race, reported whatever the timing happened to be. */
+#ifndef PF_CUDA_SIM_H
+#define PF_CUDA_SIM_H
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUDART_CB
+#define CUDA_SIM 1
+
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+    cudaErrorStubLibrary = 34,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorCallRequiresNewerDriver = 36,
+    cudaErrorDevicesUnavailable = 46,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719,
+    cudaErrorSystemNotReady = 802,
+    cudaErrorSystemDriverMismatch = 803,
+    cudaErrorCompatNotSupportedOnDevice = 804,
+    cudaErrorUnknown = 999
+} cudaError_t;
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+};
+
+typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+typedef void(CUDART_CB *cudaHostFn_t)(void *userData);
+
+#define cudaHostAllocDefault 0x00
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+
+const char *cudaGetErrorString(cudaError_t error);
+const char *cudaGetErrorName(cudaError_t error);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
+cudaError_t cudaFreeHost(void *ptr);
+cudaError_t cudaMalloc(void **devPtr, size_t size);
+cudaError_t cudaFree(void *devPtr);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream);
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
+
+/* ---- test controls (not CUDA) ---- */
+
+/* Start afresh: every object of the previous run must be gone. seed drives
+   the delays; each stream operation waits 0..max_delay_us first. */
+void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_count);
+/* Make every call answer `err` (e.g. cudaErrorInsufficientDriver: no driver). */
+void cudaSimSetGlobalError(cudaError_t err);
+/* The nth call (1-based, counted from now) of function `fn` fails with err;
+   sticky: that call and every later one fail. */
+void cudaSimFailNth(const char *fn, int nth, cudaError_t err, int sticky);
+void cudaSimClearFaults(void);
+/* Calls of fn since the last reset. */
+int cudaSimCalls(const char *fn);
+/* Ordering violations since the last reset; *last gets the latest message. */
+int cudaSimViolations(char *last, size_t size);
+/* Flag any operation on the legacy default stream (NULL). */
+void cudaSimForbidLegacyStream(int on);
+/* Live allocations and objects, for leak checks. */
+size_t cudaSimBytesLive(void);
+int cudaSimObjectsLive(void);
+/* The host is about to write [p, p+n) of pinned memory. */
+void cudaSimHostWrite(const void *p, size_t n);
+/* A GPU kernel stand-in: when `stream` reaches it, it reads [reads, reads+n)
+   of device memory (checked against the clocks) and then runs fn(arg) on the
+   stream's thread. Unlike cudaLaunchHostFunc it orders nothing on the host. */
+cudaError_t cudaSimLaunchKernel(cudaStream_t stream, void (*fn)(void *), void *arg, const void *reads, size_t n);
+/* A name for a stream in violation messages. */
+void cudaSimNameStream(cudaStream_t stream, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,850 @@
+/* Simulated CUDA runtime: see cuda_runtime_api.h for what it models.
+
+   Happens-before, as CUDA defines it, is tracked with vector clocks over
+   "entities": entity 0 is the host (all host threads together, ordered by
+   real time: a conservative simplification that can hide a race, never
+   invent one) and entity k > 0 is stream k. Edges:
+     host -> stream   an operation carries the host's clock at enqueue
+     stream -> stream cudaEventRecord then cudaStreamWaitEvent (the record
+                      captured when the wait was enqueued)
+     stream -> host   cudaEventSynchronize / a successful cudaEventQuery /
+                      cudaStreamSynchronize / a host function starting
+   A kernel stand-in (cudaSimLaunchKernel) is device work: it creates no
+   stream -> host edge. Shadow memory keeps, per 256-byte cell, the last
+   write and the latest read per reader; an access not ordered after a
+   conflicting one is reported as a violation. */
+#define _POSIX_C_SOURCE 200809L
+#include "cuda_runtime_api.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAXE 64   /* entities: host + 63 streams at once */
+#define CELL 256  /* shadow granularity: the library's slot alignment */
+#define HIST 8    /* remembered records per event */
+#define MAXDEV 8
+#define NONE 0xff
+
+typedef struct vclock {
+    uint64_t c[MAXE];
+} vclock;
+
+typedef struct cell {
+    uint64_t wclk;
+    uint64_t rclk[4];
+    uint8_t went, nread, rent[4];
+} cell;
+
+typedef struct alloc {
+    struct alloc *next;
+    unsigned char *base;
+    size_t size;
+    int device, pinned, pending;
+    cell *cells;
+} alloc;
+
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_KERNEL, OP_QUIT };
+
+typedef struct op {
+    struct op *next;
+    int kind;
+    vclock in;
+    void *dst;
+    const void *src;
+    size_t n;
+    struct CUevent_st *ev;
+    uint64_t gen;
+    void (*fn)(void *);
+    void *arg;
+    alloc *adst, *asrc;
+    unsigned delay_us;
+} op;
+
+struct CUstream_st {
+    int id, device, legacy;
+    pthread_t thread;
+    op *head, *tail;
+    uint64_t enq, done;
+    vclock vc;
+    pthread_cond_t cv;
+};
+
+struct CUevent_st {
+    int device, refs, destroyed;
+    uint64_t gen_enq, gen_done;
+    struct {
+        uint64_t gen;
+        vclock vc;
+    } hist[HIST];
+};
+
+enum {
+    F_GetDeviceCount, F_SetDevice, F_GetDevice, F_DeviceSynchronize, F_HostAlloc, F_FreeHost, F_Malloc, F_Free,
+    F_StreamCreateWithFlags, F_StreamDestroy, F_StreamSynchronize, F_StreamWaitEvent, F_EventCreateWithFlags,
+    F_EventDestroy, F_EventRecord, F_EventQuery, F_EventSynchronize, F_MemcpyAsync, F_LaunchHostFunc, F_COUNT
+};
+static const char *const fn_names[F_COUNT] = {
+    "cudaGetDeviceCount", "cudaSetDevice", "cudaGetDevice", "cudaDeviceSynchronize", "cudaHostAlloc",
+    "cudaFreeHost", "cudaMalloc", "cudaFree", "cudaStreamCreateWithFlags", "cudaStreamDestroy",
+    "cudaStreamSynchronize", "cudaStreamWaitEvent", "cudaEventCreateWithFlags", "cudaEventDestroy",
+    "cudaEventRecord", "cudaEventQuery", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaLaunchHostFunc"};
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* any operation completed, any stream exited */
+    int ndev;
+    cudaError_t global_err;
+    uint64_t rng;
+    unsigned max_delay_us;
+    vclock host;
+    uint64_t id_clock[MAXE]; /* clocks stay monotonic when an id is reused */
+    struct CUstream_st *by_id[MAXE]; /* live streams */
+    char names[MAXE][48];
+    struct CUstream_st *legacy[MAXDEV];
+    alloc *allocs;
+    size_t bytes_live;
+    int objects_live, streams_running;
+    int violations;
+    char last[768];
+    int forbid_legacy;
+    int calls[F_COUNT], fail_at[F_COUNT], fail_sticky[F_COUNT];
+    cudaError_t fail_err[F_COUNT];
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .ndev = 1, .rng = 1};
+
+static _Thread_local int tls_dev = -1;
+static _Thread_local cudaError_t tls_last = cudaSuccess;
+
+static void violation(const char *fmt, ...) {
+    va_list ap;
+    g.violations++;
+    va_start(ap, fmt);
+    vsnprintf(g.last, sizeof g.last, fmt, ap);
+    va_end(ap);
+}
+
+static const char *ent_name(int e) { return e == 0 ? "the host" : g.names[e]; }
+
+static void vc_join(vclock *a, const vclock *b) {
+    for (int i = 0; i < MAXE; i++)
+        if (b->c[i] > a->c[i]) a->c[i] = b->c[i];
+}
+
+static uint64_t rnd(void) {
+    g.rng ^= g.rng << 13;
+    g.rng ^= g.rng >> 7;
+    g.rng ^= g.rng << 17;
+    return g.rng;
+}
+
+static cudaError_t ret(cudaError_t e) {
+    if (e != cudaSuccess) tls_last = e;
+    return e;
+}
+
+/* Count the call, apply injected faults (lock held). */
+static cudaError_t begin(int f) {
+    int n = ++g.calls[f];
+    if (g.global_err != cudaSuccess && f != F_GetDevice) return g.global_err;
+    if (g.fail_at[f] && (n == g.fail_at[f] || (g.fail_sticky[f] && n > g.fail_at[f]))) return g.fail_err[f];
+    return cudaSuccess;
+}
+
+/* Calls that use the current device need one set on this thread. */
+static int need_device(const char *what) {
+    if (tls_dev < 0) {
+        violation("%s called on a thread that never called cudaSetDevice", what);
+        return 0;
+    }
+    return 1;
+}
+
+static alloc *find_alloc(const void *p, size_t n) {
+    const unsigned char *c = (const unsigned char *)p;
+    for (alloc *a = g.allocs; a; a = a->next)
+        if (c >= a->base && c + n <= a->base + a->size && c < a->base + a->size + (n == 0)) return a;
+    return NULL;
+}
+
+/* One access by entity `ent` whose clock is `vc` (lock held). */
+static void shadow(alloc *a, const void *p, size_t n, int ent, const vclock *vc, int write, const char *what) {
+    size_t off, first, last;
+    if (!a || n == 0) return;
+    off = (size_t)((const unsigned char *)p - a->base);
+    first = off / CELL;
+    last = (off + n - 1) / CELL;
+    for (size_t i = first; i <= last; i++) {
+        cell *c = &a->cells[i];
+        const char *conflict = NULL;
+        int other = 0;
+        uint64_t oclk = 0;
+        if (c->went != NONE && c->went != ent && c->wclk > vc->c[c->went]) {
+            conflict = "write";
+            other = c->went;
+            oclk = c->wclk;
+        }
+        if (write && !conflict) {
+            for (int r = 0; r < c->nread; r++)
+                if (c->rent[r] != ent && c->rclk[r] > vc->c[c->rent[r]]) {
+                    conflict = "read";
+                    other = c->rent[r];
+                    oclk = c->rclk[r];
+                    break;
+                }
+        }
+        if (conflict) {
+            violation("race: %s by %s on %s memory (byte %zu of a %zu-byte block) is not ordered after the "
+                      "%s by %s (its clock %llu, known %llu): a missing cudaStreamWaitEvent, event or sync",
+                      what, ent_name(ent), a->pinned ? "pinned host" : "device", i * CELL, a->size, conflict,
+                      ent_name(other), (unsigned long long)oclk, (unsigned long long)vc->c[other]);
+            return; /* one report per access */
+        }
+        if (write) {
+            c->went = (uint8_t)ent;
+            c->wclk = vc->c[ent];
+            c->nread = 0;
+        } else {
+            int r;
+            for (r = 0; r < c->nread && c->rent[r] != ent; r++) {}
+            if (r == c->nread) {
+                if (c->nread == 4) r = 0; /* keep the newest four readers */
+                else c->nread++;
+            }
+            c->rent[r] = (uint8_t)ent;
+            c->rclk[r] = vc->c[ent];
+        }
+    }
+    (void)first;
+}
+
+/* ---- streams ---- */
+
+static void *stream_main(void *arg);
+
+static struct CUstream_st *new_stream(int device, int legacy, const char *name) {
+    int id;
+    struct CUstream_st *s;
+    for (id = 1; id < MAXE && g.by_id[id]; id++) {}
+    if (id == MAXE) return NULL;
+    s = (struct CUstream_st *)calloc(1, sizeof *s);
+    if (!s) return NULL;
+    g.by_id[id] = s;
+    s->id = id;
+    s->device = device;
+    s->legacy = legacy;
+    s->vc.c[id] = ++g.id_clock[id];
+    snprintf(g.names[id], sizeof g.names[id], "%s", name);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+        g.by_id[id] = NULL;
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        return NULL;
+    }
+    pthread_detach(s->thread);
+    g.streams_running++;
+    return s;
+}
+
+static void event_unref(struct CUevent_st *e) {
+    if (--e->refs == 0) free(e);
+}
+
+static void sleep_us(unsigned us) {
+    struct timespec ts;
+    if (!us) return;
+    ts.tv_sec = us / 1000000u;
+    ts.tv_nsec = (long)(us % 1000000u) * 1000L;
+    nanosleep(&ts, NULL);
+}
+
+static void *stream_main(void *arg) {
+    struct CUstream_st *s = (struct CUstream_st *)arg;
+    int quit = 0;
+    tls_dev = s->device;
+    pthread_mutex_lock(&g.mu);
+    while (!quit) {
+        op *o;
+        while (!s->head) pthread_cond_wait(&s->cv, &g.mu);
+        o = s->head;
+        pthread_mutex_unlock(&g.mu);
+        sleep_us(o->delay_us);
+        pthread_mutex_lock(&g.mu);
+        vc_join(&s->vc, &o->in);
+        s->vc.c[s->id] = ++g.id_clock[s->id];
+        switch (o->kind) {
+        case OP_COPY:
+            shadow(o->asrc, o->src, o->n, s->id, &s->vc, 0, "cudaMemcpyAsync's read");
+            shadow(o->adst, o->dst, o->n, s->id, &s->vc, 1, "cudaMemcpyAsync's write");
+            pthread_mutex_unlock(&g.mu);
+            if (o->n) memcpy(o->dst, o->src, o->n);
+            pthread_mutex_lock(&g.mu);
+            if (o->asrc) o->asrc->pending--;
+            if (o->adst) o->adst->pending--;
+            break;
+        case OP_RECORD:
+            o->ev->hist[o->gen % HIST].gen = o->gen;
+            o->ev->hist[o->gen % HIST].vc = s->vc;
+            if (o->gen > o->ev->gen_done) o->ev->gen_done = o->gen;
+            event_unref(o->ev);
+            break;
+        case OP_WAIT:
+            while (o->ev->gen_done < o->gen) pthread_cond_wait(&g.cv, &g.mu);
+            if (o->ev->hist[o->gen % HIST].gen != o->gen)
+                violation("sim: event record %llu was overwritten before %s waited for it",
+                          (unsigned long long)o->gen, g.names[s->id]);
+            else
+                vc_join(&s->vc, &o->ev->hist[o->gen % HIST].vc);
+            event_unref(o->ev);
+            break;
+        case OP_HOSTFN:
+            vc_join(&g.host, &s->vc); /* the host function may signal host threads */
+            pthread_mutex_unlock(&g.mu);
+            o->fn(o->arg);
+            pthread_mutex_lock(&g.mu);
+            break;
+        case OP_KERNEL:
+            shadow(o->asrc, o->src, o->n, s->id, &s->vc, 0, "a kernel's read");
+            pthread_mutex_unlock(&g.mu);
+            o->fn(o->arg);
+            pthread_mutex_lock(&g.mu);
+            if (o->asrc) o->asrc->pending--;
+            break;
+        case OP_QUIT:
+            quit = 1;
+            break;
+        }
+        s->head = o->next;
+        if (!s->head) s->tail = NULL;
+        s->done++;
+        free(o);
+        pthread_cond_broadcast(&g.cv);
+    }
+    g.by_id[s->id] = NULL;
+    g.streams_running--;
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    return NULL;
+}
+
+/* NULL and the special handles mean the device's legacy default stream. */
+static struct CUstream_st *resolve(cudaStream_t s, const char *what) {
+    if (s && s != cudaStreamLegacy && s != cudaStreamPerThread) return s;
+    if (tls_dev < 0 || tls_dev >= MAXDEV) return NULL;
+    if (g.forbid_legacy) violation("%s on the legacy default stream", what);
+    if (!g.legacy[tls_dev]) g.legacy[tls_dev] = new_stream(tls_dev, 1, "the legacy default stream");
+    return g.legacy[tls_dev];
+}
+
+static op *new_op(int kind) {
+    op *o = (op *)calloc(1, sizeof *o);
+    if (!o) return NULL;
+    o->kind = kind;
+    o->in = g.host;
+    g.host.c[0]++; /* host actions after this are not seen by the op */
+    o->delay_us = g.max_delay_us ? (unsigned)(rnd() % (g.max_delay_us + 1u)) : 0;
+    return o;
+}
+
+static void push(struct CUstream_st *s, op *o) {
+    if (s->tail) s->tail->next = o;
+    else s->head = o;
+    s->tail = o;
+    s->enq++;
+    pthread_cond_signal(&s->cv);
+}
+
+/* Stream work must run with the stream's device current. */
+static int check_stream(struct CUstream_st *s, const char *what) {
+    if (!need_device(what)) return 0;
+    if (s->device != tls_dev) {
+        violation("%s on a stream of device %d from a thread whose current device is %d", what, s->device, tls_dev);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the runtime API ---- */
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+#define N(x) \
+    case x:  \
+        return #x;
+        N(cudaSuccess) N(cudaErrorInvalidValue) N(cudaErrorMemoryAllocation) N(cudaErrorInitializationError)
+        N(cudaErrorStubLibrary) N(cudaErrorInsufficientDriver) N(cudaErrorCallRequiresNewerDriver)
+        N(cudaErrorDevicesUnavailable) N(cudaErrorNoDevice) N(cudaErrorInvalidDevice)
+        N(cudaErrorInvalidResourceHandle) N(cudaErrorNotReady) N(cudaErrorIllegalAddress)
+        N(cudaErrorLaunchFailure) N(cudaErrorSystemNotReady) N(cudaErrorSystemDriverMismatch)
+        N(cudaErrorCompatNotSupportedOnDevice) N(cudaErrorUnknown)
+#undef N
+    }
+    return "cudaErrorUnknown";
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    default: return "simulated CUDA error";
+    }
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = tls_last;
+    tls_last = cudaSuccess;
+    return e;
+}
+
+#define BEGIN(f)                      \
+    cudaError_t e_;                   \
+    pthread_mutex_lock(&g.mu);        \
+    e_ = begin(f);                    \
+    if (e_ != cudaSuccess) {          \
+        pthread_mutex_unlock(&g.mu);  \
+        return ret(e_);               \
+    }
+#define END(e)                        \
+    do {                              \
+        cudaError_t r_ = (e);         \
+        pthread_mutex_unlock(&g.mu);  \
+        return ret(r_);               \
+    } while (0)
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    BEGIN(F_GetDeviceCount)
+    if (!count) END(cudaErrorInvalidValue);
+    *count = g.ndev;
+    END(g.ndev ? cudaSuccess : cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+    BEGIN(F_SetDevice)
+    if (g.ndev == 0) END(cudaErrorNoDevice);
+    if (device < 0 || device >= g.ndev) END(cudaErrorInvalidDevice);
+    tls_dev = device;
+    END(cudaSuccess);
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    BEGIN(F_GetDevice)
+    if (!device) END(cudaErrorInvalidValue);
+    *device = tls_dev < 0 ? 0 : tls_dev; /* like CUDA: device 0 until set */
+    END(cudaSuccess);
+}
+
+static cudaError_t new_alloc(void **p, size_t size, int pinned) {
+    alloc *a;
+    if (!p) return cudaErrorInvalidValue;
+    *p = NULL;
+    if (!need_device(pinned ? "cudaHostAlloc" : "cudaMalloc")) return cudaErrorInvalidValue;
+    a = (alloc *)calloc(1, sizeof *a);
+    if (!a) return cudaErrorMemoryAllocation;
+    if (posix_memalign((void **)&a->base, CELL, size ? size : 1) != 0) {
+        free(a);
+        return cudaErrorMemoryAllocation;
+    }
+    a->cells = (cell *)calloc(size / CELL + 1, sizeof(cell));
+    if (!a->cells) {
+        free(a->base);
+        free(a);
+        return cudaErrorMemoryAllocation;
+    }
+    for (size_t i = 0; i < size / CELL + 1; i++) a->cells[i].went = NONE;
+    if (!pinned) memset(a->base, 0xcd, size); /* device memory starts as garbage */
+    a->size = size;
+    a->device = tls_dev;
+    a->pinned = pinned;
+    a->next = g.allocs;
+    g.allocs = a;
+    g.bytes_live += size;
+    g.objects_live++;
+    *p = a->base;
+    return cudaSuccess;
+}
+
+/* Freeing waits for the operations that use the block, as CUDA's implicit
+   synchronisation in cudaFree/cudaFreeHost does. */
+static cudaError_t free_alloc(void *p, int pinned) {
+    alloc **pp, *a;
+    if (!p) return cudaSuccess;
+    for (pp = &g.allocs; *pp && (*pp)->base != p; pp = &(*pp)->next) {}
+    a = *pp;
+    if (!a || a->pinned != pinned) return cudaErrorInvalidValue;
+    while (a->pending) pthread_cond_wait(&g.cv, &g.mu);
+    for (pp = &g.allocs; *pp != a; pp = &(*pp)->next) {}
+    *pp = a->next;
+    g.bytes_live -= a->size;
+    g.objects_live--;
+    free(a->cells);
+    free(a->base);
+    free(a);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
+    BEGIN(F_HostAlloc)
+    (void)flags;
+    END(new_alloc(p, size, 1));
+}
+cudaError_t cudaMalloc(void **p, size_t size) {
+    BEGIN(F_Malloc)
+    END(new_alloc(p, size, 0));
+}
+cudaError_t cudaFreeHost(void *p) {
+    BEGIN(F_FreeHost)
+    END(free_alloc(p, 1));
+}
+cudaError_t cudaFree(void *p) {
+    BEGIN(F_Free)
+    END(free_alloc(p, 0));
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags) {
+    char name[48];
+    BEGIN(F_StreamCreateWithFlags)
+    if (!ps) END(cudaErrorInvalidValue);
+    if (!need_device("cudaStreamCreateWithFlags")) END(cudaErrorInvalidValue);
+    snprintf(name, sizeof name, "stream(%s, device %d)", flags & cudaStreamNonBlocking ? "non-blocking" : "blocking",
+             tls_dev);
+    *ps = new_stream(tls_dev, 0, name);
+    if (!*ps) END(cudaErrorMemoryAllocation);
+    g.objects_live++;
+    END(cudaSuccess);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    op *o;
+    BEGIN(F_StreamDestroy)
+    if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) END(cudaErrorInvalidResourceHandle);
+    o = new_op(OP_QUIT);
+    if (!o) END(cudaErrorMemoryAllocation);
+    o->delay_us = 0;
+    push(s, o); /* the stream finishes its work, then frees itself */
+    g.objects_live--;
+    END(cudaSuccess);
+}
+
+static void wait_stream(struct CUstream_st *s) {
+    uint64_t target = s->enq;
+    while (s->done < target) pthread_cond_wait(&g.cv, &g.mu);
+    vc_join(&g.host, &s->vc);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+    struct CUstream_st *s;
+    BEGIN(F_StreamSynchronize)
+    s = resolve(st, "cudaStreamSynchronize");
+    if (!s) END(cudaErrorInvalidResourceHandle);
+    wait_stream(s);
+    END(cudaSuccess);
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    BEGIN(F_DeviceSynchronize)
+    if (!need_device("cudaDeviceSynchronize")) END(cudaErrorInvalidValue);
+    for (int id = 1; id < MAXE; id++) {
+        struct CUstream_st *s = g.by_id[id];
+        if (s && s->device == tls_dev) wait_stream(s); /* may sleep: the stream stays live while it has work */
+    }
+    END(cudaSuccess);
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int flags) {
+    struct CUstream_st *s;
+    op *o;
+    BEGIN(F_StreamWaitEvent)
+    (void)flags;
+    s = resolve(st, "cudaStreamWaitEvent");
+    if (!s || !ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
+    if (!check_stream(s, "cudaStreamWaitEvent")) END(cudaErrorInvalidValue);
+    if (ev->gen_enq == 0) END(cudaSuccess); /* never recorded: nothing to wait for */
+    o = new_op(OP_WAIT);
+    if (!o) END(cudaErrorMemoryAllocation);
+    o->ev = ev;
+    o->gen = ev->gen_enq; /* the record captured now, not a later one */
+    ev->refs++;
+    push(s, o);
+    END(cudaSuccess);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags) {
+    BEGIN(F_EventCreateWithFlags)
+    (void)flags;
+    if (!pe) END(cudaErrorInvalidValue);
+    if (!need_device("cudaEventCreateWithFlags")) END(cudaErrorInvalidValue);
+    *pe = (cudaEvent_t)calloc(1, sizeof **pe);
+    if (!*pe) END(cudaErrorMemoryAllocation);
+    (*pe)->device = tls_dev;
+    (*pe)->refs = 1;
+    g.objects_live++;
+    END(cudaSuccess);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    BEGIN(F_EventDestroy)
+    if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
+    ev->destroyed = 1;
+    g.objects_live--;
+    event_unref(ev);
+    END(cudaSuccess);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
+    struct CUstream_st *s;
+    op *o;
+    BEGIN(F_EventRecord)
+    s = resolve(st, "cudaEventRecord");
+    if (!s || !ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
+    if (!check_stream(s, "cudaEventRecord")) END(cudaErrorInvalidValue);
+    if (ev->device != s->device) {
+        violation("cudaEventRecord: an event of device %d recorded on a stream of device %d", ev->device, s->device);
+        END(cudaErrorInvalidResourceHandle);
+    }
+    o = new_op(OP_RECORD);
+    if (!o) END(cudaErrorMemoryAllocation);
+    o->ev = ev;
+    o->gen = ++ev->gen_enq;
+    ev->refs++;
+    push(s, o);
+    END(cudaSuccess);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+    BEGIN(F_EventQuery)
+    if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
+    if (ev->gen_done < ev->gen_enq) END(cudaErrorNotReady);
+    if (ev->gen_enq) vc_join(&g.host, &ev->hist[ev->gen_enq % HIST].vc);
+    END(cudaSuccess);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    uint64_t target;
+    BEGIN(F_EventSynchronize)
+    if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
+    target = ev->gen_enq;
+    ev->refs++;
+    while (ev->gen_done < target) pthread_cond_wait(&g.cv, &g.mu);
+    if (target) vc_join(&g.host, &ev->hist[target % HIST].vc);
+    event_unref(ev);
+    END(cudaSuccess);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t st) {
+    struct CUstream_st *s;
+    alloc *ad, *as;
+    op *o;
+    BEGIN(F_MemcpyAsync)
+    s = resolve(st, "cudaMemcpyAsync");
+    if (!s) END(cudaErrorInvalidResourceHandle);
+    if (!check_stream(s, "cudaMemcpyAsync")) END(cudaErrorInvalidValue);
+    if (kind != cudaMemcpyHostToDevice) END(cudaErrorInvalidValue); /* all the library does */
+    ad = find_alloc(dst, n);
+    as = find_alloc(src, n);
+    if (!ad || ad->pinned || ad->device != s->device) {
+        violation("cudaMemcpyAsync: destination %p (+%zu) is not device memory of device %d", dst, n, s->device);
+        END(cudaErrorInvalidValue);
+    }
+    if (!as || !as->pinned) {
+        violation("cudaMemcpyAsync: source %p (+%zu) is not pinned (cudaHostAlloc) memory: the copy would not "
+                  "be asynchronous", src, n);
+        END(cudaErrorInvalidValue);
+    }
+    o = new_op(OP_COPY);
+    if (!o) END(cudaErrorMemoryAllocation);
+    o->dst = dst;
+    o->src = src;
+    o->n = n;
+    o->adst = ad;
+    o->asrc = as;
+    ad->pending++;
+    as->pending++;
+    push(s, o);
+    END(cudaSuccess);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *arg) {
+    struct CUstream_st *s;
+    op *o;
+    BEGIN(F_LaunchHostFunc)
+    s = resolve(st, "cudaLaunchHostFunc");
+    if (!s || !fn) END(cudaErrorInvalidValue);
+    if (!check_stream(s, "cudaLaunchHostFunc")) END(cudaErrorInvalidValue);
+    o = new_op(OP_HOSTFN);
+    if (!o) END(cudaErrorMemoryAllocation);
+    o->fn = fn;
+    o->arg = arg;
+    push(s, o);
+    END(cudaSuccess);
+}
+
+/* ---- test controls ---- */
+
+cudaError_t cudaSimLaunchKernel(cudaStream_t st, void (*fn)(void *), void *arg, const void *reads, size_t n) {
+    struct CUstream_st *s;
+    alloc *a;
+    op *o;
+    pthread_mutex_lock(&g.mu);
+    s = resolve(st, "a kernel launch");
+    if (!s || !fn || !check_stream(s, "a kernel launch")) {
+        pthread_mutex_unlock(&g.mu);
+        return cudaErrorInvalidValue;
+    }
+    a = find_alloc(reads, n);
+    if (n && (!a || a->pinned)) {
+        violation("a kernel reads %p (+%zu), which is not device memory", reads, n);
+        pthread_mutex_unlock(&g.mu);
+        return cudaErrorIllegalAddress;
+    }
+    o = new_op(OP_KERNEL);
+    if (!o) {
+        pthread_mutex_unlock(&g.mu);
+        return cudaErrorMemoryAllocation;
+    }
+    o->fn = fn;
+    o->arg = arg;
+    o->src = reads;
+    o->n = n;
+    o->asrc = a;
+    if (a) a->pending++;
+    push(s, o);
+    pthread_mutex_unlock(&g.mu);
+    return cudaSuccess;
+}
+
+void cudaSimHostWrite(const void *p, size_t n) {
+    pthread_mutex_lock(&g.mu);
+    shadow(find_alloc(p, n), p, n, 0, &g.host, 1, "a host write");
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimNameStream(cudaStream_t s, const char *name) {
+    pthread_mutex_lock(&g.mu);
+    if (s && s != cudaStreamLegacy && s != cudaStreamPerThread)
+        snprintf(g.names[s->id], sizeof g.names[s->id], "%s", name);
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_count) {
+    struct timespec dl;
+    pthread_mutex_lock(&g.mu);
+    for (int d = 0; d < MAXDEV; d++) {
+        if (!g.legacy[d]) continue;
+        op *o = (op *)calloc(1, sizeof *o);
+        if (o) {
+            o->kind = OP_QUIT;
+            push(g.legacy[d], o);
+        }
+        g.legacy[d] = NULL;
+    }
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 30;
+    while (g.streams_running > 0)
+        if (pthread_cond_timedwait(&g.cv, &g.mu, &dl) != 0) {
+            fprintf(stderr, "cuda_sim: %d streams still running at reset\n", g.streams_running);
+            abort();
+        }
+    while (g.allocs) { /* leaked by the previous run; its test reported it */
+        alloc *a = g.allocs;
+        g.allocs = a->next;
+        free(a->cells);
+        free(a->base);
+        free(a);
+    }
+    memset(&g.host, 0, sizeof g.host);
+    memset(g.id_clock, 0, sizeof g.id_clock);
+    memset(g.calls, 0, sizeof g.calls);
+    memset(g.fail_at, 0, sizeof g.fail_at);
+    g.bytes_live = 0;
+    g.objects_live = 0;
+    g.violations = 0;
+    g.last[0] = '\0';
+    g.forbid_legacy = 0;
+    g.global_err = cudaSuccess;
+    g.rng = seed * 2654435761u + 0x9e3779b97f4a7c15ull;
+    if (!g.rng) g.rng = 1;
+    g.max_delay_us = max_delay_us;
+    g.ndev = device_count;
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimSetGlobalError(cudaError_t err) {
+    pthread_mutex_lock(&g.mu);
+    g.global_err = err;
+    pthread_mutex_unlock(&g.mu);
+}
+
+static int fn_index(const char *fn) {
+    for (int i = 0; i < F_COUNT; i++)
+        if (strcmp(fn_names[i], fn) == 0) return i;
+    fprintf(stderr, "cuda_sim: unknown function %s\n", fn);
+    abort();
+}
+
+void cudaSimFailNth(const char *fn, int nth, cudaError_t err, int sticky) {
+    int f = fn_index(fn);
+    pthread_mutex_lock(&g.mu);
+    g.fail_at[f] = g.calls[f] + nth;
+    g.fail_err[f] = err;
+    g.fail_sticky[f] = sticky;
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimClearFaults(void) {
+    pthread_mutex_lock(&g.mu);
+    memset(g.fail_at, 0, sizeof g.fail_at);
+    pthread_mutex_unlock(&g.mu);
+}
+
+int cudaSimCalls(const char *fn) {
+    int f = fn_index(fn), n;
+    pthread_mutex_lock(&g.mu);
+    n = g.calls[f];
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+int cudaSimViolations(char *last, size_t size) {
+    int n;
+    pthread_mutex_lock(&g.mu);
+    n = g.violations;
+    if (last && size) snprintf(last, size, "%s", g.last);
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+void cudaSimForbidLegacyStream(int on) {
+    pthread_mutex_lock(&g.mu);
+    g.forbid_legacy = on;
+    pthread_mutex_unlock(&g.mu);
+}
+
+size_t cudaSimBytesLive(void) {
+    size_t n;
+    pthread_mutex_lock(&g.mu);
+    n = g.bytes_live;
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+int cudaSimObjectsLive(void) {
+    int n;
+    pthread_mutex_lock(&g.mu);
+    n = g.objects_live;
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}

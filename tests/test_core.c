@@ -1,0 +1,914 @@
+/* test_core.c - the loader suite: sampler, order, epochs, sharding, errors,
+   timeouts, destroy at any moment, stats. Built as C11 (gcc, clang), C++17
+   (g++), with ASan+UBSan and with TSan; and with -DTEST_SIM against the
+   simulated CUDA runtime, where every batch is checked by a kernel stand-in
+   on the consumer stream and every access is checked for ordering. */
+#define _POSIX_C_SOURCE 200809L
+#define PREFETCH_IMPLEMENTATION
+#include "../prefetch.h"
+#include "util.h"
+
+/* ---- sampler ---- */
+
+static void test_perm_small_sizes(void) {
+    const uint64_t sizes[] = {1, 2, 3, 4, 5, 17, 1000, (1u << 20) + 3};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        uint64_t n = sizes[k];
+        for (uint64_t seed = 0; seed < (n > 5000 ? 2u : 6u); seed++) {
+            pf__perm p;
+            unsigned char *seen = (unsigned char *)calloc(n, 1);
+            uint64_t fixed = 0, bad = 0;
+            pf__perm_init(&p, n, seed, seed * 7 + 1);
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t y = pf__perm_apply(&p, i);
+                if (y >= n || seen[y]) bad++;
+                else seen[y] = 1;
+                fixed += y == i;
+                if (pf__perm_invert(&p, y) != i) bad++;
+            }
+            CHECKF(bad == 0, "n=%llu seed=%llu: %llu collisions or bad inverses", (unsigned long long)n,
+                   (unsigned long long)seed, (unsigned long long)bad);
+            /* a real shuffle: few fixed points (expected about 1) */
+            if (n >= 1000) CHECKF(fixed < 20, "n=%llu: %llu fixed points", (unsigned long long)n, (unsigned long long)fixed);
+            free(seen);
+        }
+    }
+}
+
+static void test_perm_huge_spot_check(void) {
+    const uint64_t n = 1000000000000ull; /* 10^12: no array could hold it */
+    const size_t m = 100000;
+    pf__perm p;
+    uint64_t *out = (uint64_t *)malloc(m * sizeof(uint64_t));
+    size_t bad = 0, dup = 0;
+    CHECK(sizeof(pf__perm) <= 128); /* O(1) state */
+    pf__perm_init(&p, n, 12345, 3);
+    h_rng_state = 99;
+    for (size_t i = 0; i < m; i++) {
+        uint64_t x = h_rand() % n, y = pf__perm_apply(&p, x);
+        out[i] = y;
+        if (y >= n || pf__perm_invert(&p, y) != x) bad++;
+    }
+    qsort(out, m, sizeof(uint64_t), t_cmp_u64);
+    for (size_t i = 1; i < m; i++) dup += out[i] == out[i - 1];
+    CHECKF(bad == 0, "%zu out of range or not inverted", bad);
+    CHECKF(dup < 5, "%zu collisions among %zu random inputs (expected ~0 from sampling)", dup, m);
+    /* consecutive inputs scatter over the whole range */
+    CHECK(out[0] < n / 100 && out[m - 1] > n - n / 100);
+    free(out);
+}
+
+static void test_huge_dataset_loader_uses_little_memory(void) {
+    tload t;
+    tcons c;
+    talloc a;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t_alloc_init(&a, 0);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 1000000000000ull, 8, 1);
+    cfg.shuffle = true;
+    cfg.allocator.alloc_fn = t_alloc;
+    cfg.allocator.free_fn = t_free;
+    cfg.allocator.user_data = &a;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 50), PF_OK);
+    CHECK_EQ(r.n, 50);
+    for (size_t i = 0; i < r.n; i++)
+        for (uint32_t k = 0; k < r.v[i].count; k++) CHECK(r.v[i].idx[k] < 1000000000000ull);
+    CHECKF(a.peak < (1u << 20), "peak bookkeeping %zu bytes", a.peak);
+    t_end(&c);
+    CHECK_EQ(a.live, 0);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+/* ---- order and epochs ---- */
+
+static void test_sequential_order_and_epoch_ends(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    size_t k = 0;
+    t_load_init(&t);
+    t.max_delay_us = 300; /* completion order differs from batch order */
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 103, 10, 3);
+    cfg.num_workers = 4;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 33);
+    CHECK_EQ(r.eoe, 3);
+    for (uint64_t e = 0; e < 3; e++) {
+        CHECK_EQ(r.eoe_at[e], (e + 1) * 11);
+        for (uint64_t b = 0; b < 11; b++, k++) {
+            CHECK_EQ(r.v[k].epoch, e);
+            CHECK_EQ(r.v[k].batch, b);
+            CHECK_EQ(r.v[k].count, b == 10 ? 3 : 10);
+            for (uint32_t i = 0; i < r.v[k].count; i++) CHECK_EQ(r.v[k].idx[i], b * 10 + i);
+        }
+    }
+    for (int i = 0; i < 3; i++) { /* END_OF_DATA for ever */
+        pf_batch b;
+        CHECK_EQ(t_next(&c, &b), PF_END_OF_DATA);
+    }
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void check_epoch_is_permutation(const trun *r, uint64_t epoch, uint64_t n, bool *identity) {
+    unsigned char *seen = (unsigned char *)calloc(n, 1);
+    uint64_t got = 0, pos = 0;
+    *identity = true;
+    for (size_t k = 0; k < r->n; k++) {
+        if (r->v[k].epoch != epoch) continue;
+        for (uint32_t i = 0; i < r->v[k].count; i++, pos++) {
+            uint64_t x = r->v[k].idx[i];
+            CHECKF(x < n && !seen[x], "epoch %llu: index %llu repeated or out of range", (unsigned long long)epoch,
+                   (unsigned long long)x);
+            if (x < n) seen[x] = 1;
+            if (x != pos) *identity = false;
+            got++;
+        }
+    }
+    CHECK_EQ(got, n);
+    free(seen);
+}
+
+static void test_shuffle_each_sample_once_per_epoch(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    bool id0, id1, id2;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 1000, 64, 3);
+    cfg.shuffle = true;
+    cfg.seed = 7;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 3 * 16);
+    check_epoch_is_permutation(&r, 0, 1000, &id0);
+    check_epoch_is_permutation(&r, 1, 1000, &id1);
+    check_epoch_is_permutation(&r, 2, 1000, &id2);
+    CHECK(!id0 && !id1 && !id2);
+    CHECK(r.v[0].idx[0] != r.v[16].idx[0] || r.v[0].idx[1] != r.v[16].idx[1]); /* a new order each epoch */
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void run_recorded(uint32_t workers, bool unordered, trun *r) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    t_load_init(&t);
+    t.max_delay_us = 200;
+    t_begin(&c, h_seed + workers);
+    cfg = t_config(&t, 517, 16, 2);
+    cfg.shuffle = true;
+    cfg.seed = 99;
+    cfg.num_workers = workers;
+    cfg.unordered = unordered;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(r);
+    CHECK_EQ(t_drain(&c, r, 100000), PF_END_OF_DATA);
+    t_end(&c);
+    t_load_free(&t);
+}
+
+static bool same_run(const trun *a, const trun *b) {
+    if (a->n != b->n) return false;
+    for (size_t k = 0; k < a->n; k++) {
+        if (a->v[k].epoch != b->v[k].epoch || a->v[k].batch != b->v[k].batch || a->v[k].rng != b->v[k].rng ||
+            a->v[k].count != b->v[k].count)
+            return false;
+        if (memcmp(a->v[k].idx, b->v[k].idx, a->v[k].count * sizeof(uint64_t)) != 0) return false;
+    }
+    return true;
+}
+
+static void test_same_order_and_rng_for_1_2_7_workers(void) {
+    trun r1, r2, r7;
+    run_recorded(1, false, &r1);
+    run_recorded(2, false, &r2);
+    run_recorded(7, false, &r7);
+    CHECK_EQ(r1.n, 2 * 33);
+    CHECK(same_run(&r1, &r2));
+    CHECK(same_run(&r1, &r7));
+    /* rng differs between batches */
+    CHECK(r1.v[0].rng != r1.v[1].rng && r1.v[0].rng != r1.v[33].rng);
+    t_run_free(&r1);
+    t_run_free(&r2);
+    t_run_free(&r7);
+}
+
+static void test_unordered_delivers_each_batch_once_within_its_epoch(void) {
+    trun r, ref;
+    size_t k;
+    int out_of_order = 0;
+    run_recorded(4, true, &r);
+    run_recorded(1, false, &ref);
+    CHECK_EQ(r.n, ref.n);
+    CHECK_EQ(r.eoe, 2);
+    CHECK_EQ(r.eoe_at[0], 33);
+    for (k = 0; k < r.n; k++) {
+        const trec *x = &r.v[k];
+        CHECK_EQ(x->epoch, k < 33 ? 0 : 1); /* never a batch of the next epoch early */
+        out_of_order += x->batch != k % 33;
+        /* same content as the ordered run's batch of that number */
+        const trec *y = &ref.v[x->epoch * 33 + x->batch];
+        CHECK(x->count == y->count && x->rng == y->rng && memcmp(x->idx, y->idx, x->count * 8) == 0);
+    }
+    for (uint64_t e = 0; e < 2; e++) { /* each batch exactly once */
+        int seen[33] = {0};
+        for (k = 0; k < r.n; k++)
+            if (r.v[k].epoch == e) seen[r.v[k].batch]++;
+        for (int b = 0; b < 33; b++) CHECK_EQ(seen[b], 1);
+    }
+    if (h_verbose) printf("    unordered: %d of %zu batches out of order\n", out_of_order, r.n);
+    t_run_free(&r);
+    t_run_free(&ref);
+}
+
+static void test_drop_last(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 103, 10, 2);
+    cfg.drop_last = true;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 20);
+    CHECK_EQ(r.eoe, 2);
+    for (size_t k = 0; k < r.n; k++) CHECK_EQ(r.v[k].count, 10);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+/* ---- sharding ---- */
+
+static void test_shards_cover_disjoint_equal_counts(void) {
+    const uint64_t sizes[] = {1, 7, 100, 101, 257};
+    const uint32_t bs = 4;
+    for (uint32_t w = 1; w <= 8; w++)
+        for (int drop = 0; drop <= 1; drop++)
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+                uint64_t n = sizes[si];
+                uint64_t per = drop ? n / w : (n + w - 1) / w;
+                uint64_t nb = drop ? per / bs : (per + bs - 1) / bs;
+                uint32_t *hits = (uint32_t *)calloc(n, sizeof(uint32_t));
+                uint64_t total = 0;
+                for (uint32_t rank = 0; rank < w; rank++) {
+                    tload t;
+                    tcons c;
+                    trun r;
+                    pf_config cfg;
+                    t_load_init(&t);
+                    t_begin(&c, h_seed + rank);
+                    cfg = t_config(&t, n, bs, 1);
+                    cfg.shuffle = true;
+                    cfg.seed = 5;
+                    cfg.rank = rank;
+                    cfg.world_size = w;
+                    cfg.drop_last = drop != 0;
+                    cfg.num_workers = 2;
+                    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+                    t_run_init(&r);
+                    CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
+                    CHECKF(r.n == nb, "w=%u drop=%d n=%llu rank %u: %zu batches, expected %llu", w, drop,
+                           (unsigned long long)n, rank, r.n, (unsigned long long)nb);
+                    for (size_t k = 0; k < r.n; k++)
+                        for (uint32_t i = 0; i < r.v[k].count; i++) {
+                            CHECK(r.v[k].idx[i] < n);
+                            if (r.v[k].idx[i] < n) hits[r.v[k].idx[i]]++;
+                            total++;
+                        }
+                    t_end(&c);
+                    t_run_free(&r);
+                    t_load_free(&t);
+                }
+                if (drop) {
+                    uint64_t covered = 0;
+                    for (uint64_t i = 0; i < n; i++) {
+                        CHECKF(hits[i] <= 1, "w=%u n=%llu: sample %llu on two ranks", w, (unsigned long long)n,
+                               (unsigned long long)i);
+                        covered += hits[i];
+                    }
+                    CHECK_EQ(total, nb * bs * w);
+                    CHECK(covered == total);
+                } else {
+                    uint64_t dups = 0;
+                    for (uint64_t i = 0; i < n; i++) {
+                        CHECKF(hits[i] >= 1, "w=%u n=%llu: sample %llu on no rank", w, (unsigned long long)n,
+                               (unsigned long long)i);
+                        dups += hits[i] > 1 ? hits[i] - 1 : 0;
+                    }
+                    CHECK_EQ(total, per * w); /* padded by wrapping to equal counts */
+                    CHECK_EQ(dups, per * w - n);
+                }
+                free(hits);
+            }
+}
+
+/* ---- growing datasets ---- */
+
+static void test_growing_dataset_asks_once_per_epoch(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    const uint64_t sizes[5] = {10, 25, 0, 7, 40};
+    uint64_t expect_batches = 0;
+    t_load_init(&t);
+    for (int e = 0; e < 5; e++) {
+        t.sizes[e] = sizes[e];
+        expect_batches += (sizes[e] + 3) / 4;
+    }
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 0, 4, 5);
+    cfg.num_samples_fn = t_num_samples;
+    cfg.shuffle = true;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, expect_batches);
+    CHECK_EQ(r.eoe, 5);
+    CHECK_EQ(r.eoe_at[1], r.eoe_at[2]); /* the empty epoch still ends once */
+    for (int e = 0; e < 5; e++) {
+        bool id;
+        CHECK_EQ(t.size_calls[e], 1);
+        if (sizes[e]) check_epoch_is_permutation(&r, (uint64_t)e, sizes[e], &id);
+    }
+    CHECK_EQ(t.size_calls[5], 0); /* never asked past the last epoch */
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void test_until_destroyed_when_epochs_is_zero(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 20, 5, 0);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 42), PF_OK); /* 10 epochs and a bit, no end */
+    CHECK_EQ(r.eoe, 10);
+    CHECK_EQ(r.v[41].epoch, 10);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+/* ---- errors ---- */
+
+typedef void (*cfg_mut)(pf_config *);
+static void m_load(pf_config *c) { c->load = NULL; }
+static void m_samples(pf_config *c) { c->num_samples = 0; }
+static void m_samples_big(pf_config *c) { c->num_samples = (1ull << 62) + 1; }
+static uint64_t m_fn(void *u, uint64_t e) { (void)u; return e + 1; }
+static void m_both(pf_config *c) { c->num_samples_fn = m_fn; }
+static void m_bs0(pf_config *c) { c->batch_size = 0; }
+static void m_bs_big(pf_config *c) { c->batch_size = (1u << 24) + 1; }
+static void m_bytes(pf_config *c) { c->batch_bytes = 0; }
+static void m_bytes_huge(pf_config *c) { c->batch_bytes = SIZE_MAX / 2; }
+static void m_workers(pf_config *c) { c->num_workers = 5000; }
+static void m_hslots(pf_config *c) { c->host_slots = 5000; }
+static void m_dslots(pf_config *c) { c->device_slots = 5000; }
+static void m_world(pf_config *c) { c->world_size = 70000; }
+static void m_rank(pf_config *c) { c->rank = 2; c->world_size = 2; }
+static void m_rank_default_world(pf_config *c) { c->rank = 1; }
+static void m_backend(pf_config *c) { c->backend = (pf_backend)7; }
+static void m_device(pf_config *c) { c->cuda_device = -1; }
+static void m_alloc(pf_config *c) { c->allocator.alloc_fn = t_alloc; }
+static void m_free(pf_config *c) { c->allocator.free_fn = t_free; }
+
+static void test_each_bad_field_is_named(void) {
+    static const struct {
+        cfg_mut mut;
+        const char *field;
+    } cases[] = {
+        {m_load, "cfg.load"},           {m_samples, "cfg.num_samples is 0"}, {m_samples_big, "cfg.num_samples is"},
+        {m_both, "num_samples_fn"},     {m_bs0, "cfg.batch_size is 0"},     {m_bs_big, "cfg.batch_size is 16777217"},
+        {m_bytes, "cfg.batch_bytes is 0"}, {m_bytes_huge, "cfg.batch_bytes"}, {m_workers, "cfg.num_workers is 5000"},
+        {m_hslots, "cfg.host_slots is 5000"}, {m_dslots, "cfg.device_slots is 5000"},
+        {m_world, "cfg.world_size is 70000"}, {m_rank, "cfg.rank is 2"},   {m_rank_default_world, "cfg.rank is 1"},
+        {m_backend, "cfg.backend is 7"}, {m_device, "cfg.cuda_device is -1"}, {m_alloc, "cfg.allocator"},
+        {m_free, "cfg.allocator"},
+    };
+    tload t;
+    pf_loader *l = (pf_loader *)&t; /* must be overwritten with NULL */
+    t_load_init(&t);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pf_config cfg = t_config(&t, 100, 10, 1);
+        cases[i].mut(&cfg);
+        l = (pf_loader *)&t;
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+        CHECK(l == NULL);
+        CHECK_CONTAINS(pf_error(NULL), cases[i].field);
+    }
+    {
+        pf_config cfg = t_config(&t, 100, 10, 1);
+        CHECK_EQ(pf_create(NULL, &l), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(NULL), "cfg is NULL");
+        CHECK_EQ(pf_create(&cfg, NULL), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(NULL), "out is NULL");
+    }
+    CHECK_EQ(pf_next(NULL, NULL), PF_ERR_INVALID_ARG);
+    CHECK_EQ(pf_release(NULL, NULL), PF_ERR_INVALID_ARG);
+    pf_destroy(NULL);
+    CHECK(strcmp(pf_result_string(PF_ERR_LOAD), "the load callback failed") == 0);
+    CHECK(strcmp(pf_result_string((pf_result)-99), "unknown pf_result") == 0);
+    CHECK(PF_OK == 0 && PF_END_OF_EPOCH > 0 && PF_TIMEOUT > 0 && PF_ERR_INVALID_ARG < 0 && PF_ERR_LOAD < 0);
+    t_load_free(&t);
+}
+
+static void *create_fail_thread(void *arg) {
+    pf_loader *l;
+    pf_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    (void)pf_create(&cfg, &l);
+    snprintf((char *)arg, 512, "%s", pf_error(NULL));
+    return NULL;
+}
+
+static void test_create_error_is_per_thread(void) {
+    char other[512];
+    pthread_t th;
+    tload t;
+    pf_loader *l;
+    pf_config cfg;
+    t_load_init(&t);
+    cfg = t_config(&t, 100, 0, 1);
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+    pthread_create(&th, NULL, create_fail_thread, other);
+    pthread_join(th, NULL);
+    CHECK_CONTAINS(other, "cfg.load");
+    CHECK_CONTAINS(pf_error(NULL), "cfg.batch_size"); /* ours, untouched by the other thread */
+    t_load_free(&t);
+}
+
+static void check_load_failure(bool silent, bool unordered) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_batch b;
+    t_load_init(&t);
+    t.fail_epoch = 1;
+    t.fail_batch = 5;
+    t.fail_silent = silent;
+    t.max_delay_us = 500; /* later batches finish before the failing one */
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 80, 8, 3);
+    cfg.num_workers = 4;
+    cfg.unordered = unordered;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 100000), PF_ERR_LOAD);
+    if (!unordered) {
+        CHECK_EQ(r.n, 15); /* epoch 0 (10 batches) and batches 0..4 of epoch 1 */
+        CHECK_EQ(r.eoe, 1);
+        for (size_t k = 0; k < r.n; k++) CHECK_EQ(r.v[k].batch, k < 10 ? k : k - 10);
+    } else {
+        CHECK(r.n >= 10 && r.n < 20);
+        for (size_t k = 0; k < r.n; k++) CHECK(!(r.v[k].epoch == 1 && r.v[k].batch == 5));
+    }
+    CHECK_CONTAINS(r.msg, "epoch 1 batch 5");
+    CHECK_CONTAINS(r.msg, "(worker ");
+    CHECK_CONTAINS(r.msg, silent ? "returned non-zero" : "synthetic failure reading shard 42");
+    CHECK_EQ(t_next(&c, &b), PF_ERR_LOAD); /* sticky */
+    CHECK_CONTAINS(pf_error(c.l), "epoch 1 batch 5");
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void test_load_failure_after_earlier_batches_sticky(void) {
+    check_load_failure(false, false);
+    check_load_failure(true, false);
+    check_load_failure(false, true);
+}
+
+static void test_oversize_bytes_is_a_load_error(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    char expect[128];
+    t_load_init(&t);
+    t.big_epoch = 0;
+    t.big_batch = 2;
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 50, 5, 1);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
+    CHECK_EQ(r.n, 2);
+    snprintf(expect, sizeof expect, "job->bytes = %zu, more than the slot capacity of %zu", t_batch_bytes(5) + 1,
+             t_batch_bytes(5));
+    CHECK_CONTAINS(r.msg, expect);
+    CHECK_CONTAINS(r.msg, "epoch 0 batch 2");
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void test_timeout_names_late_batch_and_worker(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_batch b;
+    t_load_init(&t);
+    t.gate_epoch = 0;
+    t.gate_batch = 1;
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 30, 5, 1);
+    cfg.num_workers = 1;
+    cfg.timeout_ms = 50;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(t_next(&c, &b), PF_OK);
+    CHECK_EQ(b.batch, 0);
+    t_release(&c, &b);
+    CHECK(t_gate_wait_entered(&t, 1));
+    CHECK_EQ(pf_next(c.l, &b), PF_TIMEOUT);
+    CHECK_CONTAINS(pf_error(c.l), "timed out after 50 ms");
+    CHECK_CONTAINS(pf_error(c.l), "epoch 0 batch 1 is late: worker 0 has been inside load");
+    CHECK_EQ(pf_next(c.l, &b), PF_TIMEOUT); /* still waiting, still fine */
+    t_gate_open(&t);
+    t_run_init(&r);
+    /* the loader works on: the late batch and the rest arrive */
+    c.l->cfg.timeout_ms = T_WAIT_MS;
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 5);
+    CHECK_EQ(r.v[0].batch, 1);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void test_timeout_when_no_worker_started(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    t_load_init(&t);
+    t.gate_on_start = 1; /* workers stuck in on_worker_start */
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 30, 5, 1);
+    cfg.num_workers = 2;
+    cfg.timeout_ms = 30;
+    cfg.on_worker_start = t_worker_start;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(pf_next(c.l, &b), PF_TIMEOUT);
+    CHECK_CONTAINS(pf_error(c.l), "epoch 0 batch 0 is late: no worker has started it");
+    t_gate_open(&t);
+    c.l->cfg.timeout_ms = T_WAIT_MS;
+    CHECK_EQ(t_next(&c, &b), PF_OK);
+    CHECK_EQ(b.batch, 0);
+    t_release(&c, &b);
+    t_end(&c);
+    CHECK_EQ(t.worker_starts[0], 1);
+    CHECK_EQ(t.worker_starts[1], 1);
+    t_load_free(&t);
+}
+
+static void test_holding_every_slot_is_invalid_state(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_batch held[8];
+    uint32_t slots;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 100, 4, 1);
+    cfg.host_slots = 3;
+    cfg.device_slots = 2;
+    slots = t_consumer_slots(&cfg);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (uint32_t i = 0; i < slots; i++) CHECK_EQ(t_next(&c, &held[i]), PF_OK);
+    {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_ERR_INVALID_STATE);
+        CHECK_CONTAINS(pf_error(c.l), "holds all");
+    }
+    t_release(&c, &held[0]);
+    CHECK_EQ(t_next(&c, &held[0]), PF_OK);
+    CHECK_EQ(held[0].batch, slots);
+    for (uint32_t i = 0; i < slots; i++) t_release(&c, &held[i]);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 25 - slots - 1);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void test_double_and_foreign_release_are_errors(void) {
+    tload t;
+    tcons c, c2;
+    pf_config cfg;
+    pf_batch b, copy, zero, other;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 100, 4, 1);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    c2 = c;
+    cfg = t_config(&t, 100, 4, 1);
+    CHECK_EQ(t_create(&c2, &cfg), PF_OK);
+    CHECK_EQ(t_next(&c, &b), PF_OK);
+    copy = b;
+    t_release(&c, &b);
+    CHECK_EQ(pf_release(c.l, &b), PF_ERR_INVALID_STATE);
+    CHECK_CONTAINS(pf_error(c.l), "already released");
+    CHECK_EQ(pf_release(c.l, &copy), PF_ERR_INVALID_STATE); /* a stale copy of the struct */
+    CHECK_CONTAINS(pf_error(c.l), "epoch 0 batch 0 was already released");
+    memset(&zero, 0, sizeof zero);
+    CHECK_EQ(pf_release(c.l, &zero), PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(c.l), "not from this loader");
+    CHECK_EQ(t_next(&c2, &other), PF_OK);
+    CHECK_EQ(pf_release(c.l, &other), PF_ERR_INVALID_ARG); /* foreign */
+    CHECK_EQ(pf_batch_wait(c2.l, &other), PF_OK);
+    t_release(&c2, &other);
+    CHECK_EQ(pf_batch_wait(c2.l, &other), PF_ERR_INVALID_STATE);
+    CHECK_EQ(pf_next(c.l, NULL), PF_ERR_INVALID_ARG);
+    CHECK_EQ(pf_release(c.l, NULL), PF_ERR_INVALID_ARG);
+    CHECK_EQ(t_next(&c, &b), PF_OK); /* the loader is unharmed */
+    CHECK_EQ(b.batch, 1);
+    t_release(&c, &b);
+    pf_destroy(c2.l);
+    t_end(&c);
+    t_load_free(&t);
+}
+
+/* ---- destroy at any moment ---- */
+
+static void test_destroy_at_random_points(void) {
+    const int runs = 120;
+    h_rng_state = h_seed * 1000 + 17;
+    for (int run = 0; run < runs; run++) {
+        tload t;
+        tcons c;
+        talloc a;
+        pf_config cfg;
+        pf_batch held[8];
+        uint32_t nheld = 0, limit;
+        int steps = (int)(h_rand() % 40);
+        t_load_init(&t);
+        t_alloc_init(&a, 0);
+        t.max_delay_us = (unsigned)(h_rand() % 300);
+        if (h_rand() % 4 == 0) {
+            t.fail_epoch = (long long)(h_rand() % 2);
+            t.fail_batch = (long long)(h_rand() % 6);
+        }
+        if (h_rand() % 4 == 0) { /* a worker is stuck inside load at destroy */
+            t.gate_epoch = 0;
+            t.gate_batch = (long long)(h_rand() % 3);
+        }
+        t_begin(&c, h_seed + (unsigned long long)run);
+        cfg = t_config(&t, 1 + h_rand() % 60, 1 + (uint32_t)(h_rand() % 6), (uint32_t)(h_rand() % 4));
+        cfg.num_workers = 1 + (uint32_t)(h_rand() % 6);
+        cfg.host_slots = 1 + (uint32_t)(h_rand() % 8);
+        cfg.device_slots = 1 + (uint32_t)(h_rand() % 4);
+        cfg.shuffle = h_rand() % 2;
+        cfg.unordered = h_rand() % 3 == 0;
+        cfg.timeout_ms = 20; /* a gated batch must not stall the test */
+        cfg.allocator.alloc_fn = t_alloc;
+        cfg.allocator.free_fn = t_free;
+        cfg.allocator.user_data = &a;
+        limit = t_consumer_slots(&cfg);
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        for (int s = 0; s < steps; s++) {
+            pf_batch b;
+            pf_result r;
+            if (nheld && (nheld == limit || h_rand() % 2)) {
+                uint32_t k = (uint32_t)(h_rand() % nheld);
+                t_release(&c, &held[k]);
+                held[k] = held[--nheld];
+                continue;
+            }
+            r = t_next(&c, &b);
+            if (r == PF_OK) held[nheld++] = b;
+            else if (r < 0 || r == PF_END_OF_DATA) break;
+        }
+        t_end(&c); /* with nheld batches still held */
+        CHECKF(a.live == 0, "run %d: %ld allocations leaked", run, a.live);
+        t_load_free(&t);
+    }
+}
+
+/* ---- stats ---- */
+
+static void test_stats_count_and_verdict(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_stats s;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 100, 8, 2);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    pf_get_stats(c.l, &s);
+    CHECK_EQ(s.batches, 26);
+    CHECK_EQ(s.samples, 200);
+    CHECK_EQ(s.bytes, 2 * (12 * t_batch_bytes(8) + t_batch_bytes(4)));
+    CHECK_EQ(s.num_workers, 3);
+    CHECK_EQ(s.host_slots, 7);
+    CHECK_EQ(s.epoch, 2);
+    CHECK(s.load_s > 0);
+    CHECK(s.elapsed_s > 0);
+    CHECK(s.wait_s >= 0 && s.wait_s == s.wait_input_s + s.wait_copy_s);
+    CHECK(s.occupancy >= 0 && s.occupancy <= 1);
+    CHECK(s.verdict != NULL && s.bound != PF_BOUND_UNKNOWN);
+#ifdef TEST_SIM
+    CHECK_EQ(s.backend, PF_BACKEND_CUDA);
+    CHECK_EQ(s.copies, 26);
+    CHECK_EQ(s.copy_bytes, s.bytes);
+    CHECK_EQ(s.device_slots, 3);
+#else
+    CHECK_EQ(s.backend, PF_BACKEND_HOST);
+    CHECK_EQ(s.copies, 0);
+#endif
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void test_verdict_from_numbers(void) {
+    pf_stats s;
+    memset(&s, 0, sizeof s);
+    pf__verdict(&s);
+    CHECK_EQ(s.bound, PF_BOUND_UNKNOWN);
+    s.batches = 100;
+    s.elapsed_s = 10;
+    s.wait_s = s.wait_input_s = 0.2;
+    pf__verdict(&s);
+    CHECK_EQ(s.bound, PF_BOUND_COMPUTE);
+    CHECK_CONTAINS(s.verdict, "compute-bound");
+    s.wait_s = s.wait_input_s = 3;
+    pf__verdict(&s);
+    CHECK_EQ(s.bound, PF_BOUND_INPUT);
+    CHECK_CONTAINS(s.verdict, "add workers");
+    s.wait_copy_s = 4;
+    s.wait_s = 7;
+    pf__verdict(&s);
+    CHECK_EQ(s.bound, PF_BOUND_COPY);
+}
+
+static void test_config_defaults_are_visible(void) {
+    pf_config in, d;
+    memset(&in, 0, sizeof in);
+    d = pf_config_defaults(&in);
+    CHECK_EQ(d.num_workers, 4);
+    CHECK_EQ(d.host_slots, 9);
+    CHECK_EQ(d.device_slots, 3);
+    CHECK_EQ(d.world_size, 1);
+    CHECK(d.allocator.alloc_fn != NULL && d.allocator.free_fn != NULL);
+    in.num_workers = 2;
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 5);
+}
+
+static void test_allocation_failures_are_clean(void) {
+    tload t;
+    t_load_init(&t);
+    for (long n = 1; n <= 3; n++) {
+        talloc a;
+        pf_config cfg = t_config(&t, 100, 10, 1);
+        pf_loader *l = (pf_loader *)&t;
+        pf_result r;
+        t_alloc_init(&a, n);
+        cfg.allocator.alloc_fn = t_alloc;
+        cfg.allocator.free_fn = t_free;
+        cfg.allocator.user_data = &a;
+#ifdef TEST_SIM
+        cudaSimReset(h_seed, 0, 1);
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+#endif
+        r = pf_create(&cfg, &l);
+        if (a.total < n) { /* fewer allocations than n: it must have worked */
+            CHECK_EQ(r, PF_OK);
+            pf_destroy(l);
+        } else {
+            CHECK_EQ(r, PF_ERR_NO_MEMORY);
+            CHECK(l == NULL);
+            CHECK_CONTAINS(pf_error(NULL), "out of memory");
+            CHECK_CONTAINS(pf_error(NULL), "bytes");
+        }
+        CHECK_EQ(a.live, 0);
+#ifdef TEST_SIM
+        CHECK_EQ(cudaSimBytesLive(), 0);
+        CHECK_EQ(cudaSimObjectsLive(), 0);
+#endif
+    }
+    t_load_free(&t);
+}
+
+static void test_worker_start_hook_runs_once_per_worker(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.num_workers = 5;
+    cfg.on_worker_start = t_worker_start;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    t_end(&c);
+    for (int w = 0; w < 5; w++) CHECK_EQ(t.worker_starts[w], 1);
+    CHECK_EQ(t.worker_starts[5], 0);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static int log_count;
+static char log_last[512];
+static void t_log(void *user, int level, const char *msg) {
+    (void)user;
+    (void)level;
+    log_count++;
+    snprintf(log_last, sizeof log_last, "%s", msg);
+}
+
+static void test_load_failure_is_logged(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t.fail_epoch = 0;
+    t.fail_batch = 0;
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.num_workers = 1;
+    cfg.log = t_log;
+    log_count = 0;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
+    t_end(&c);
+    CHECK(log_count >= 2); /* created, and the failure */
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static const h_test tests[] = {
+    {"perm_small_sizes", test_perm_small_sizes},
+    {"perm_huge_spot_check", test_perm_huge_spot_check},
+    {"huge_dataset_loader_uses_little_memory", test_huge_dataset_loader_uses_little_memory},
+    {"sequential_order_and_epoch_ends", test_sequential_order_and_epoch_ends},
+    {"shuffle_each_sample_once_per_epoch", test_shuffle_each_sample_once_per_epoch},
+    {"same_order_and_rng_for_1_2_7_workers", test_same_order_and_rng_for_1_2_7_workers},
+    {"unordered_each_batch_once_in_its_epoch", test_unordered_delivers_each_batch_once_within_its_epoch},
+    {"drop_last", test_drop_last},
+    {"shards_cover_disjoint_equal_counts", test_shards_cover_disjoint_equal_counts},
+    {"growing_dataset_asks_once_per_epoch", test_growing_dataset_asks_once_per_epoch},
+    {"until_destroyed_when_epochs_is_zero", test_until_destroyed_when_epochs_is_zero},
+    {"each_bad_field_is_named", test_each_bad_field_is_named},
+    {"create_error_is_per_thread", test_create_error_is_per_thread},
+    {"load_failure_after_earlier_batches", test_load_failure_after_earlier_batches_sticky},
+    {"oversize_bytes_is_a_load_error", test_oversize_bytes_is_a_load_error},
+    {"timeout_names_late_batch_and_worker", test_timeout_names_late_batch_and_worker},
+    {"timeout_when_no_worker_started", test_timeout_when_no_worker_started},
+    {"holding_every_slot_is_invalid_state", test_holding_every_slot_is_invalid_state},
+    {"double_and_foreign_release", test_double_and_foreign_release_are_errors},
+    {"destroy_at_random_points", test_destroy_at_random_points},
+    {"stats_count_and_verdict", test_stats_count_and_verdict},
+    {"verdict_from_numbers", test_verdict_from_numbers},
+    {"config_defaults_are_visible", test_config_defaults_are_visible},
+    {"allocation_failures_are_clean", test_allocation_failures_are_clean},
+    {"worker_start_hook_once_per_worker", test_worker_start_hook_runs_once_per_worker},
+    {"load_failure_is_logged", test_load_failure_is_logged},
+};
+
+int main(int argc, char **argv) {
+#ifdef TEST_SIM
+    const char *suite = "core suite (simulated CUDA backend)";
+#else
+    const char *suite = "core suite (host backend)";
+#endif
+    return h_main(argc, argv, suite, tests, sizeof tests / sizeof tests[0]);
+}
