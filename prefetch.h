@@ -934,7 +934,6 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
 static int pf__take(pf_loader *l, pf__slot **out) {
     pf__plan *p;
     pf__slot *s = NULL;
-    if (l->take_fatal) return l->take_fatal;
     p = pf__plan_find(l, l->take_epoch);
     if (!p) {
         if (l->cfg.epochs && l->take_epoch >= l->cfg.epochs) return PF_END_OF_DATA;
@@ -983,28 +982,36 @@ static int pf__take(pf_loader *l, pf__slot **out) {
     return PF_OK;
 }
 
-/* Why is the next batch late? For PF_TIMEOUT messages (lock held). */
+/* Why is the next batch late? For PF_TIMEOUT messages (lock held). The
+   consumer waits for the stager's slot if one is staging (CUDA), else for
+   the next batch in order (or, unordered, the oldest load of its epoch). */
 static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
     uint32_t loading = 0, ready = 0, copying = 0, i;
-    pf__slot *late = NULL;
+    pf__slot *late = NULL, *staging = NULL;
     uint64_t now = pf__now_ns();
     for (i = 0; i < l->nslots; i++) {
         pf__slot *s = &l->slots[i];
         loading += s->state == PF__SLOT_LOADING;
         ready += s->state == PF__SLOT_READY;
-        copying += s->state == PF__SLOT_COPYING || s->state == PF__SLOT_STAGING;
-        if (s->state != PF__SLOT_FREE && s->state != PF__SLOT_HELD && s->epoch == l->take_epoch &&
-            (l->cfg.unordered ? (s->state == PF__SLOT_LOADING && (!late || s->started_ns < late->started_ns))
-                              : s->seq == l->taken))
+        copying += s->state == PF__SLOT_COPYING;
+        if (s->state == PF__SLOT_STAGING) staging = s;
+        if (s->state == PF__SLOT_LOADING && s->epoch == l->take_epoch &&
+            (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->taken))
             late = s;
     }
-    if (late && late->state == PF__SLOT_LOADING)
+#ifdef PREFETCH_CUDA
+    if (staging) {
+        pf__format(dst, size, "epoch %llu batch %llu is loaded and waits for a free device slot (the consumer "
+                   "holds %u of %u)", (unsigned long long)staging->epoch, (unsigned long long)staging->batch,
+                   (unsigned)l->cu.held, (unsigned)l->cfg.device_slots);
+        return;
+    }
+#endif
+    (void)staging;
+    if (late)
         pf__format(dst, size, "epoch %llu batch %llu is late: worker %u has been inside load for %llu ms",
                    (unsigned long long)late->epoch, (unsigned long long)late->batch, (unsigned)late->worker,
                    (unsigned long long)((now - late->started_ns) / 1000000u));
-    else if (late)
-        pf__format(dst, size, "epoch %llu batch %llu is loaded (worker %u) and waits for a device slot",
-                   (unsigned long long)late->epoch, (unsigned long long)late->batch, (unsigned)late->worker);
     else
         pf__format(dst, size,
                    "epoch %llu batch %llu is late: no worker has started it (%u of %u host slots "
