@@ -97,6 +97,8 @@ void cudaSimFailNth(const char *fn, int nth, cudaError_t err, int sticky);
 void cudaSimClearFaults(void);
 /* Calls of fn since the last reset. */
 int cudaSimCalls(const char *fn);
+/* The flags argument of fn's latest call. */
+unsigned cudaSimLastFlags(const char *fn);
 /* Ordering violations since the last reset; *last gets the latest message. */
 int cudaSimViolations(char *last, size_t size);
 /* Flag any operation on the legacy default stream (NULL). */

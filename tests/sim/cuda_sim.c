@@ -113,6 +113,7 @@ static struct {
     char last[768];
     int forbid_legacy;
     int calls[F_COUNT], fail_at[F_COUNT], fail_sticky[F_COUNT];
+    unsigned flags_seen[F_COUNT]; /* the flags of the latest call */
     cudaError_t fail_err[F_COUNT];
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .ndev = 1, .rng = 1};
 
@@ -498,7 +499,7 @@ static cudaError_t free_alloc(void *p, int pinned) {
 
 cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
     BEGIN(F_HostAlloc)
-    (void)flags;
+    g.flags_seen[F_HostAlloc] = flags;
     END(new_alloc(p, size, 1));
 }
 cudaError_t cudaMalloc(void **p, size_t size) {
@@ -517,6 +518,7 @@ cudaError_t cudaFree(void *p) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags) {
     char name[48];
     BEGIN(F_StreamCreateWithFlags)
+    g.flags_seen[F_StreamCreateWithFlags] = flags;
     if (!ps) END(cudaErrorInvalidValue);
     if (!need_device("cudaStreamCreateWithFlags")) END(cudaErrorInvalidValue);
     snprintf(name, sizeof name, "stream(%s, device %d)", flags & cudaStreamNonBlocking ? "non-blocking" : "blocking",
@@ -584,7 +586,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int fl
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags) {
     BEGIN(F_EventCreateWithFlags)
-    (void)flags;
+    g.flags_seen[F_EventCreateWithFlags] = flags;
     if (!pe) END(cudaErrorInvalidValue);
     if (!need_device("cudaEventCreateWithFlags")) END(cudaErrorInvalidValue);
     *pe = (cudaEvent_t)calloc(1, sizeof **pe);
@@ -816,6 +818,15 @@ int cudaSimCalls(const char *fn) {
     n = g.calls[f];
     pthread_mutex_unlock(&g.mu);
     return n;
+}
+
+unsigned cudaSimLastFlags(const char *fn) {
+    int f = fn_index(fn);
+    unsigned v;
+    pthread_mutex_lock(&g.mu);
+    v = g.flags_seen[f];
+    pthread_mutex_unlock(&g.mu);
+    return v;
 }
 
 int cudaSimViolations(char *last, size_t size) {
