@@ -11,12 +11,25 @@
 #include <string.h>
 #include <time.h>
 
+/* H_TSAN: built with ThreadSanitizer (gcc or clang) */
+#if defined(__SANITIZE_THREAD__)
+#define H_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define H_TSAN 1
+#endif
+#endif
+#ifndef H_TSAN
+#define H_TSAN 0
+#endif
+
 typedef struct h_test {
     const char *name;
     void (*fn)(void);
 } h_test;
 
 static int h_checks_failed;
+static const char *h_skip_reason; /* set by h_skip: the test did not run */
 static const char *h_current = "";
 static unsigned h_limit_s = 120;
 static unsigned long long h_seed = 1;
@@ -63,6 +76,10 @@ static void h_fail(const char *file, int line, const char *cond, const char *fmt
             h_fail(__FILE__, __LINE__, "\"" #hay "\" contains \"" #needle "\"", "got \"%s\"", h_ ? h_ : "(null)"); \
     } while (0)
 
+/* This test cannot run here (e.g. it needs a GPU): reported as skipped,
+   never counted as passed. */
+static __attribute__((unused)) void h_skip(const char *why) { h_skip_reason = why; }
+
 static double h_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -80,7 +97,7 @@ static void *h_watchdog(void *arg) {
         dl.tv_sec += (time_t)h_limit_s;
         while (!h_done && gen == h_generation) {
             if (pthread_cond_timedwait(&h_cv, &h_mu, &dl) != 0 && !h_done && gen == h_generation) {
-                fprintf(stderr, "HANG: test %s ran past %u s; aborting\nRESULT 0 1\n", h_current, h_limit_s);
+                fprintf(stderr, "HANG: test %s ran past %u s; aborting\nRESULT 0 1 0\n", h_current, h_limit_s);
                 fflush(stderr);
                 fflush(stdout);
                 _Exit(3);
@@ -94,7 +111,7 @@ static void *h_watchdog(void *arg) {
 /* usage: binary [-v] [-s SEED] [name-substring ...] */
 static int h_main(int argc, char **argv, const char *suite, const h_test *tests, size_t ntests) {
     pthread_t wd;
-    int passed = 0, failed = 0, i;
+    int passed = 0, failed = 0, skipped = 0, i;
     size_t t;
     const char *env = getenv("PF_TEST_SEED");
     if (env) h_seed = strtoull(env, NULL, 10);
@@ -126,9 +143,13 @@ static int h_main(int argc, char **argv, const char *suite, const h_test *tests,
         pthread_cond_broadcast(&h_cv);
         pthread_mutex_unlock(&h_mu);
         t0 = h_now();
+        h_skip_reason = NULL;
         tests[t].fn();
         pthread_mutex_lock(&h_mu);
-        if (h_checks_failed == before) {
+        if (h_skip_reason && h_checks_failed == before) {
+            skipped++;
+            printf("  SKIP %-40s %s\n", tests[t].name, h_skip_reason);
+        } else if (h_checks_failed == before) {
             passed++;
             printf("  ok   %-40s %6.2f s\n", tests[t].name, h_now() - t0);
         } else {
@@ -143,13 +164,14 @@ static int h_main(int argc, char **argv, const char *suite, const h_test *tests,
     pthread_cond_broadcast(&h_cv);
     pthread_mutex_unlock(&h_mu);
     pthread_join(wd, NULL);
-    printf("%s: %d passed, %d failed\nRESULT %d %d\n", suite, passed, failed, passed, failed);
+    printf("%s: %d passed, %d failed, %d skipped\nRESULT %d %d %d\n", suite, passed, failed, skipped, passed,
+           failed, skipped);
     return failed ? 1 : 0;
 }
 
 /* Deterministic per-test randomness. */
 static unsigned long long h_rng_state = 1;
-static unsigned long long h_rand(void) {
+static __attribute__((unused)) unsigned long long h_rand(void) {
     unsigned long long z = (h_rng_state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

@@ -323,6 +323,35 @@ static void test_shards_cover_disjoint_equal_counts(void) {
             }
 }
 
+/* Without shuffle the padding is visible: rank r's j-th sample is position
+   j*w + r of the epoch, wrapped, exactly as DistributedSampler pads. */
+static void test_shard_padding_wraps_like_distributed_sampler(void) {
+    const uint64_t n = 10;
+    const uint32_t w = 4, bs = 2;
+    for (uint32_t rank = 0; rank < w; rank++) {
+        tload t;
+        tcons c;
+        trun r;
+        pf_config cfg;
+        uint64_t j = 0;
+        t_load_init(&t);
+        t_begin(&c, h_seed);
+        cfg = t_config(&t, n, bs, 1);
+        cfg.rank = rank;
+        cfg.world_size = w;
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        t_run_init(&r);
+        CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+        CHECK_EQ(r.n, 2); /* ceil(10/4) = 3 samples per rank: batches of 2 and 1 */
+        for (size_t k = 0; k < r.n; k++)
+            for (uint32_t i = 0; i < r.v[k].count; i++, j++) CHECK_EQ(r.v[k].idx[i], (j * w + rank) % n);
+        CHECK_EQ(j, 3);
+        t_end(&c);
+        t_run_free(&r);
+        t_load_free(&t);
+    }
+}
+
 /* ---- growing datasets ---- */
 
 static void test_growing_dataset_asks_once_per_epoch(void) {
@@ -504,6 +533,29 @@ static void test_load_failure_after_earlier_batches_sticky(void) {
     check_load_failure(false, false);
     check_load_failure(true, false);
     check_load_failure(false, true);
+}
+
+/* After a failure nothing new is loaded: the one worker publishes the
+   failure and would claim its next job under the same lock. */
+static void test_load_failure_stops_loading(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t.fail_epoch = 0;
+    t.fail_batch = 0;
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 100, 5, 1);
+    cfg.num_workers = 1;
+    cfg.host_slots = 4;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
+    t_end(&c); /* joins the worker */
+    CHECK_EQ(t.loads, 1);
+    t_run_free(&r);
+    t_load_free(&t);
 }
 
 static void test_oversize_bytes_is_a_load_error(void) {
@@ -707,7 +759,7 @@ static void test_destroy_at_random_points(void) {
             }
             r = t_next(&c, &b);
             if (r == PF_OK) held[nheld++] = b;
-            else if (r < 0 || r == PF_END_OF_DATA) break;
+            else if (r != PF_END_OF_EPOCH) break; /* an error, the end, or a gated batch: destroy now */
         }
         t_end(&c); /* with nheld batches still held */
         CHECKF(a.live == 0, "run %d: %ld allocations leaked", run, a.live);
@@ -844,13 +896,15 @@ static void test_worker_start_hook_runs_once_per_worker(void) {
     t_load_free(&t);
 }
 
-static int log_count;
-static char log_last[512];
-static void t_log(void *user, int level, const char *msg) {
+static int log_count, log_failure_seen;
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static void t_log(void *user, int level, const char *msg) { /* any library thread may call it */
     (void)user;
     (void)level;
+    pthread_mutex_lock(&log_mu);
     log_count++;
-    snprintf(log_last, sizeof log_last, "%s", msg);
+    if (strstr(msg, "load failed for epoch 0 batch 0 (worker 0): synthetic failure")) log_failure_seen++;
+    pthread_mutex_unlock(&log_mu);
 }
 
 static void test_load_failure_is_logged(void) {
@@ -865,12 +919,15 @@ static void test_load_failure_is_logged(void) {
     cfg = t_config(&t, 40, 4, 1);
     cfg.num_workers = 1;
     cfg.log = t_log;
-    log_count = 0;
+    log_count = log_failure_seen = 0;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
     t_end(&c);
+    pthread_mutex_lock(&log_mu);
     CHECK(log_count >= 2); /* created, and the failure */
+    CHECK_EQ(log_failure_seen, 1);
+    pthread_mutex_unlock(&log_mu);
     t_run_free(&r);
     t_load_free(&t);
 }
@@ -885,11 +942,13 @@ static const h_test tests[] = {
     {"unordered_each_batch_once_in_its_epoch", test_unordered_delivers_each_batch_once_within_its_epoch},
     {"drop_last", test_drop_last},
     {"shards_cover_disjoint_equal_counts", test_shards_cover_disjoint_equal_counts},
+    {"shard_padding_wraps_like_distributed_sampler", test_shard_padding_wraps_like_distributed_sampler},
     {"growing_dataset_asks_once_per_epoch", test_growing_dataset_asks_once_per_epoch},
     {"until_destroyed_when_epochs_is_zero", test_until_destroyed_when_epochs_is_zero},
     {"each_bad_field_is_named", test_each_bad_field_is_named},
     {"create_error_is_per_thread", test_create_error_is_per_thread},
     {"load_failure_after_earlier_batches", test_load_failure_after_earlier_batches_sticky},
+    {"load_failure_stops_loading", test_load_failure_stops_loading},
     {"oversize_bytes_is_a_load_error", test_oversize_bytes_is_a_load_error},
     {"timeout_names_late_batch_and_worker", test_timeout_names_late_batch_and_worker},
     {"timeout_when_no_worker_started", test_timeout_when_no_worker_started},

@@ -13,12 +13,15 @@
 #include <cuda_runtime_api.h>
 #endif
 
+/* helpers a given suite may not use */
+#define T_FN static __attribute__((unused))
+
 #define T_MAGIC 0x5eed5eed00000000ull
 #define T_HEADER 4 /* words before the indices */
 #define T_WAIT_MS 60000u /* every pf_next in the tests is bounded by this */
 
-static size_t t_batch_bytes(uint32_t bs) { return (T_HEADER + (size_t)bs) * 8; }
-static uint64_t t_word(uint64_t index) { return index * 2654435761ull + 7; }
+T_FN size_t t_batch_bytes(uint32_t bs) { return (T_HEADER + (size_t)bs) * 8; }
+T_FN uint64_t t_word(uint64_t index) { return index * 2654435761ull + 7; }
 
 /* ---- load callback ---- */
 typedef struct tload {
@@ -37,7 +40,7 @@ typedef struct tload {
     pthread_cond_t cv;
 } tload;
 
-static void t_load_init(tload *t) {
+T_FN void t_load_init(tload *t) {
     memset(t, 0, sizeof *t);
     t->fail_epoch = t->fail_batch = -1;
     t->big_epoch = t->big_batch = -1;
@@ -45,12 +48,12 @@ static void t_load_init(tload *t) {
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
 }
-static void t_load_free(tload *t) {
+T_FN void t_load_free(tload *t) {
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
 }
 
-static void t_sleep_us(unsigned us) {
+T_FN void t_sleep_us(unsigned us) {
     struct timespec ts;
     ts.tv_sec = us / 1000000u;
     ts.tv_nsec = (long)(us % 1000000u) * 1000L;
@@ -58,7 +61,7 @@ static void t_sleep_us(unsigned us) {
 }
 
 /* Wait (bounded) until the gate opens or the job is cancelled. */
-static void t_gate_wait(tload *t, const pf_job *job) {
+T_FN void t_gate_wait(tload *t, const pf_job *job) {
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += 60;
@@ -80,7 +83,7 @@ static void t_gate_wait(tload *t, const pf_job *job) {
     pthread_mutex_unlock(&t->mu);
 }
 
-static void t_gate_open(tload *t) {
+T_FN void t_gate_open(tload *t) {
     pthread_mutex_lock(&t->mu);
     t->gate_open = 1;
     pthread_cond_broadcast(&t->cv);
@@ -88,7 +91,7 @@ static void t_gate_open(tload *t) {
 }
 
 /* Bounded wait until `n` loads sit at the gate. */
-static int t_gate_wait_entered(tload *t, int n) {
+T_FN int t_gate_wait_entered(tload *t, int n) {
     struct timespec dl;
     int ok;
     clock_gettime(CLOCK_REALTIME, &dl);
@@ -101,7 +104,7 @@ static int t_gate_wait_entered(tload *t, int n) {
     return ok;
 }
 
-static int t_load(void *user, pf_job *job) {
+T_FN int t_load(void *user, pf_job *job) {
     tload *t = (tload *)user;
     uint64_t *w = (uint64_t *)job->host;
     size_t bytes = t_batch_bytes(job->count);
@@ -128,7 +131,7 @@ static int t_load(void *user, pf_job *job) {
     return 0;
 }
 
-static uint64_t t_num_samples(void *user, uint64_t epoch) {
+T_FN uint64_t t_num_samples(void *user, uint64_t epoch) {
     tload *t = (tload *)user;
     uint64_t n;
     pthread_mutex_lock(&t->mu);
@@ -138,7 +141,7 @@ static uint64_t t_num_samples(void *user, uint64_t epoch) {
     return n;
 }
 
-static void t_worker_start(void *user, uint32_t worker) {
+T_FN void t_worker_start(void *user, uint32_t worker) {
     tload *t = (tload *)user;
     pthread_mutex_lock(&t->mu);
     t->worker_starts[worker % 64]++;
@@ -153,7 +156,7 @@ typedef struct talloc {
     size_t bytes, peak;
 } talloc;
 
-static void *t_alloc(size_t size, void *user) {
+T_FN void *t_alloc(size_t size, void *user) {
     talloc *a = (talloc *)user;
     unsigned char *p;
     pthread_mutex_lock(&a->mu);
@@ -174,7 +177,7 @@ static void *t_alloc(size_t size, void *user) {
     return p + 16;
 }
 
-static void t_free(void *ptr, void *user) {
+T_FN void t_free(void *ptr, void *user) {
     talloc *a = (talloc *)user;
     size_t size;
     unsigned char *p = (unsigned char *)ptr - 16;
@@ -186,7 +189,7 @@ static void t_free(void *ptr, void *user) {
     free(p);
 }
 
-static void t_alloc_init(talloc *a, long fail_at) {
+T_FN void t_alloc_init(talloc *a, long fail_at) {
     memset(a, 0, sizeof *a);
     pthread_mutex_init(&a->mu, NULL);
     a->fail_at = fail_at;
@@ -198,12 +201,13 @@ typedef struct tcons {
     pthread_mutex_t mu;
     int bad, checked;
     char bad_msg[512];
+    int on_host; /* batches are host memory (the host backend, or a fallback) */
 #ifdef TEST_SIM
     cudaStream_t stream;
 #endif
 } tcons;
 
-static void t_bad(tcons *c, const char *fmt, ...) {
+T_FN void t_bad(tcons *c, const char *fmt, ...) {
     va_list ap;
     pthread_mutex_lock(&c->mu);
     c->bad++;
@@ -214,7 +218,7 @@ static void t_bad(tcons *c, const char *fmt, ...) {
 }
 
 /* What a batch must contain, from its metadata. */
-static void t_verify(tcons *c, const uint64_t *w, size_t bytes, uint64_t epoch, uint64_t batch, uint32_t count,
+T_FN void t_verify(tcons *c, const uint64_t *w, size_t bytes, uint64_t epoch, uint64_t batch, uint32_t count,
                      uint64_t rng, const uint64_t *indices) {
     if (bytes != t_batch_bytes(count)) {
         t_bad(c, "epoch %llu batch %llu: %zu bytes, expected %zu", (unsigned long long)epoch,
@@ -249,19 +253,19 @@ typedef struct tcheck {
 } tcheck;
 
 /* Runs when the consumer stream reaches it: where a GPU kernel would read. */
-static void t_kernel(void *arg) {
+T_FN void t_kernel(void *arg) {
     tcheck *k = (tcheck *)arg;
     t_verify(k->c, k->data, k->bytes, k->epoch, k->batch, k->count, k->rng, k->indices);
     free(k);
 }
 #endif
 
-static void t_cons_init(tcons *c) {
+T_FN void t_cons_init(tcons *c) {
     memset(c, 0, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
 }
 
-static pf_config t_config(tload *t, uint64_t n, uint32_t bs, uint32_t epochs) {
+T_FN pf_config t_config(tload *t, uint64_t n, uint32_t bs, uint32_t epochs) {
     pf_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.load = t_load;
@@ -281,7 +285,7 @@ static pf_config t_config(tload *t, uint64_t n, uint32_t bs, uint32_t epochs) {
 }
 
 /* The consumer's view of slots: device slots on CUDA, host slots on host. */
-static uint32_t t_consumer_slots(const pf_config *cfg) {
+T_FN uint32_t t_consumer_slots(const pf_config *cfg) {
     pf_config d = pf_config_defaults(cfg);
 #ifdef TEST_SIM
     return d.device_slots;
@@ -295,7 +299,7 @@ static unsigned t_sim_delay_us = 40;
 #endif
 
 /* Per test: a fresh simulated runtime and a named consumer stream. */
-static void t_begin(tcons *c, unsigned long long seed) {
+T_FN void t_begin(tcons *c, unsigned long long seed) {
     t_cons_init(c);
 #ifdef TEST_SIM
     cudaSimReset(seed, t_sim_delay_us, 2);
@@ -308,18 +312,18 @@ static void t_begin(tcons *c, unsigned long long seed) {
 #endif
 }
 
-static pf_result t_create(tcons *c, pf_config *cfg) {
+T_FN pf_result t_create(tcons *c, pf_config *cfg) {
 #ifdef TEST_SIM
     if (!cfg->stream) cfg->stream = c->stream;
 #endif
     return pf_create(cfg, &c->l);
 }
 
-static pf_result t_next(tcons *c, pf_batch *b) {
+T_FN pf_result t_next(tcons *c, pf_batch *b) {
     pf_result r = pf_next(c->l, b);
     if (r != PF_OK) return r;
 #ifdef TEST_SIM
-    {
+    if (!c->on_host) {
         tcheck *k = (tcheck *)malloc(sizeof(tcheck) + b->count * sizeof(uint64_t));
         k->c = c;
         k->data = (const uint64_t *)b->data;
@@ -330,18 +334,18 @@ static pf_result t_next(tcons *c, pf_batch *b) {
         k->count = b->count;
         memcpy(k->indices, b->indices, b->count * sizeof(uint64_t));
         CHECK(cudaSimLaunchKernel(c->stream, t_kernel, k, b->data, b->bytes) == cudaSuccess);
+        return r;
     }
-#else
-    t_verify(c, (const uint64_t *)b->data, b->bytes, b->epoch, b->batch, b->count, b->rng, b->indices);
 #endif
+    t_verify(c, (const uint64_t *)b->data, b->bytes, b->epoch, b->batch, b->count, b->rng, b->indices);
     return r;
 }
 
-static void t_release(tcons *c, pf_batch *b) { CHECK_EQ(pf_release(c->l, b), PF_OK); }
+T_FN void t_release(tcons *c, pf_batch *b) { CHECK_EQ(pf_release(c->l, b), PF_OK); }
 
 /* Destroy, let the GPU stand-in finish, and check that nothing was wrong,
    raced or leaked. */
-static void t_end(tcons *c) {
+T_FN void t_end(tcons *c) {
     pf_destroy(c->l);
     c->l = NULL;
 #ifdef TEST_SIM
@@ -375,14 +379,14 @@ typedef struct trun {
     char msg[512];
 } trun;
 
-static void t_run_init(trun *r) { memset(r, 0, sizeof *r); }
-static void t_run_free(trun *r) {
+T_FN void t_run_init(trun *r) { memset(r, 0, sizeof *r); }
+T_FN void t_run_free(trun *r) {
     for (size_t i = 0; i < r->n; i++) free(r->v[i].idx);
     free(r->v);
     memset(r, 0, sizeof *r);
 }
 
-static void t_record(trun *r, const pf_batch *b) {
+T_FN void t_record(trun *r, const pf_batch *b) {
     trec *e;
     if (r->n == r->cap) {
         r->cap = r->cap ? 2 * r->cap : 64;
@@ -398,7 +402,7 @@ static void t_record(trun *r, const pf_batch *b) {
 }
 
 /* Consume until END_OF_DATA, an error, or `max` batches. */
-static pf_result t_drain(tcons *c, trun *r, size_t max) {
+T_FN pf_result t_drain(tcons *c, trun *r, size_t max) {
     for (;;) {
         pf_batch b;
         pf_result x;
@@ -419,7 +423,7 @@ static pf_result t_drain(tcons *c, trun *r, size_t max) {
     }
 }
 
-static int t_cmp_u64(const void *a, const void *b) {
+T_FN int t_cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }

@@ -1,0 +1,3 @@
+/* two_tu_impl.c - the implementation lives here, once. */
+#define PREFETCH_IMPLEMENTATION
+#include "../../prefetch.h"

@@ -1,0 +1,569 @@
+/* test_cuda.c - the CUDA backend on the simulated runtime (tests/sim).
+   First the rig proves it sees the three classic ordering bugs in
+   hand-written sequences; then mutants of the library itself (its CUDA
+   calls redirected to skip a wait or free a slot early) must be caught;
+   then device selection, memory, flags, faults, and "no host sync". */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime_api.h>
+
+/* Mutants: the library's own calls, bent. 0 = the real library. */
+static int mutant;
+static cudaStream_t mutant_consumer;
+static cudaError_t mut_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned f) {
+    if (mutant == 1 && s == mutant_consumer) return cudaSuccess; /* (a) consume before the copy landed */
+    if (mutant == 2 && s != mutant_consumer) return cudaSuccess; /* (b) copy before the release       */
+    return cudaStreamWaitEvent(s, e, f);
+}
+static cudaError_t mut_launch_host_func(cudaStream_t s, cudaHostFn_t fn, void *arg) {
+    if (mutant == 3) { /* (c) refill the host slot while its DMA is in flight */
+        fn(arg);
+        return cudaSuccess;
+    }
+    return cudaLaunchHostFunc(s, fn, arg);
+}
+#define cudaStreamWaitEvent mut_stream_wait_event
+#define cudaLaunchHostFunc mut_launch_host_func
+#define PREFETCH_IMPLEMENTATION
+#include "../prefetch.h"
+#undef cudaStreamWaitEvent
+#undef cudaLaunchHostFunc
+#include "util.h"
+
+static void noop_kernel(void *arg) { (void)arg; }
+
+typedef struct rig {
+    void *host, *dev;
+    cudaStream_t copy, consumer;
+    cudaEvent_t copied, released;
+} rig;
+
+static void rig_open(rig *r, unsigned long long seed, unsigned delay_us) {
+    cudaSimReset(seed, delay_us, 1);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaHostAlloc(&r->host, 4096, cudaHostAllocDefault) == cudaSuccess);
+    CHECK(cudaMalloc(&r->dev, 4096) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&r->copy, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&r->consumer, cudaStreamNonBlocking) == cudaSuccess);
+    cudaSimNameStream(r->copy, "the copy stream");
+    cudaSimNameStream(r->consumer, "the consumer stream");
+    CHECK(cudaEventCreateWithFlags(&r->copied, cudaEventDisableTiming) == cudaSuccess);
+    CHECK(cudaEventCreateWithFlags(&r->released, cudaEventDisableTiming) == cudaSuccess);
+}
+
+/* Drain and free; returns the violations the sequence caused. */
+static int rig_close(rig *r, char *msg, size_t size) {
+    int v;
+    CHECK(cudaStreamSynchronize(r->copy) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(r->consumer) == cudaSuccess);
+    v = cudaSimViolations(msg, size);
+    cudaEventDestroy(r->copied);
+    cudaEventDestroy(r->released);
+    cudaStreamDestroy(r->copy);
+    cudaStreamDestroy(r->consumer);
+    cudaFree(r->dev);
+    cudaFreeHost(r->host);
+    return v;
+}
+
+/* (a) the consumer reads a device slot without waiting for its copy */
+static void seq_consume(rig *r, int correct) {
+    cudaSimHostWrite(r->host, 4096);
+    memset(r->host, 1, 4096);
+    CHECK(cudaMemcpyAsync(r->dev, r->host, 4096, cudaMemcpyHostToDevice, r->copy) == cudaSuccess);
+    CHECK(cudaEventRecord(r->copied, r->copy) == cudaSuccess);
+    if (correct) CHECK(cudaStreamWaitEvent(r->consumer, r->copied, 0) == cudaSuccess);
+    CHECK(cudaSimLaunchKernel(r->consumer, noop_kernel, NULL, r->dev, 4096) == cudaSuccess);
+}
+
+/* (b) a copy overwrites a device slot the consumer may still read */
+static void seq_overwrite(rig *r, int correct) {
+    seq_consume(r, 1);
+    CHECK(cudaEventRecord(r->released, r->consumer) == cudaSuccess); /* pf_release */
+    if (correct) CHECK(cudaStreamWaitEvent(r->copy, r->released, 0) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(r->dev, r->host, 4096, cudaMemcpyHostToDevice, r->copy) == cudaSuccess);
+}
+
+/* (c) the host refills a pinned slot while its DMA may still read it */
+static void seq_refill(rig *r, int correct) {
+    CHECK(cudaMemcpyAsync(r->dev, r->host, 4096, cudaMemcpyHostToDevice, r->copy) == cudaSuccess);
+    CHECK(cudaEventRecord(r->copied, r->copy) == cudaSuccess);
+    if (correct) CHECK(cudaEventSynchronize(r->copied) == cudaSuccess);
+    cudaSimHostWrite(r->host, 4096);
+}
+
+static void check_rig_flags(void (*seq)(rig *, int), const char *what) {
+    /* flagged whatever the timing: no delay, small and large delays */
+    const unsigned delays[] = {0, 50, 2000};
+    for (int i = 0; i < 3; i++)
+        for (unsigned long long seed = 1; seed <= 3; seed++) {
+            rig r;
+            char msg[768];
+            int v;
+            rig_open(&r, seed, delays[i]);
+            seq(&r, 0);
+            v = rig_close(&r, msg, sizeof msg);
+            CHECKF(v > 0, "%s was not flagged (delay %u us, seed %llu)", what, delays[i], seed);
+            CHECK_CONTAINS(msg, "race");
+            if (h_verbose && seed == 1 && i == 0) printf("    %s: %s\n", what, msg);
+            rig_open(&r, seed, delays[i]);
+            seq(&r, 1); /* the same sequence done right is clean */
+            v = rig_close(&r, msg, sizeof msg);
+            CHECKF(v == 0, "correct %s flagged: %s", what, msg);
+        }
+}
+
+static void test_rig_flags_consume_without_copy_wait(void) { check_rig_flags(seq_consume, "(a) consume before copy"); }
+static void test_rig_flags_copy_before_release(void) { check_rig_flags(seq_overwrite, "(b) copy before release"); }
+static void test_rig_flags_refill_during_dma(void) { check_rig_flags(seq_refill, "(c) refill during DMA"); }
+
+static void test_rig_flags_pageable_source_and_missing_set_device(void) {
+    rig r;
+    char msg[768], pageable[256];
+    rig_open(&r, 1, 0);
+    CHECK(cudaMemcpyAsync(r.dev, pageable, sizeof pageable, cudaMemcpyHostToDevice, r.copy) == cudaErrorInvalidValue);
+    CHECK(rig_close(&r, msg, sizeof msg) == 1);
+    CHECK_CONTAINS(msg, "not pinned");
+}
+
+/* ---- the library's own mistakes, planted ---- */
+
+static int run_mutant(int which, unsigned long long seed) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    char msg[768];
+    int v;
+    t_load_init(&t);
+    t.max_delay_us = 100;
+    t_begin(&c, seed);
+    mutant = which;
+    mutant_consumer = c.stream;
+    cfg = t_config(&t, 400, 4, 2);
+    cfg.device_slots = 2;
+    cfg.host_slots = 3;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    (void)t_drain(&c, &r, 100000);
+    pf_destroy(c.l);
+    CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
+    v = cudaSimViolations(msg, sizeof msg);
+    if (h_verbose) printf("    mutant %d: %d violations, %d bad batches; %s\n", which, v, c.bad, msg);
+    mutant = 0;
+    t_run_free(&r);
+    t_load_free(&t);
+    pthread_mutex_destroy(&c.mu);
+    return v;
+}
+
+static void test_mutants_are_caught(void) {
+    CHECKF(run_mutant(0, h_seed) == 0, "the unmodified library raced");
+#if H_TSAN
+    /* Each mutant makes the simulated DMA and a kernel or worker touch the
+       same bytes unordered: a real data race, which TSan reports (rightly)
+       before the rig can. The gcc and ASan builds run them. */
+    h_skip("the mutants are real data races by design: TSan would report them; the other builds run them");
+#else
+    CHECKF(run_mutant(1, h_seed) > 0, "(a) skipping cudaStreamWaitEvent(consumer, copied) went unseen");
+    CHECKF(run_mutant(2, h_seed) > 0, "(b) skipping cudaStreamWaitEvent(copy, released) went unseen");
+    CHECKF(run_mutant(3, h_seed) > 0, "(c) freeing the host slot before its DMA finished went unseen");
+#endif
+}
+
+/* ---- selection ---- */
+
+static int log_n;
+static char log_msg[1024];
+static void t_log(void *user, int level, const char *msg) {
+    (void)user;
+    (void)level;
+    if (strstr(msg, "backend")) {
+        size_t used = strlen(log_msg);
+        log_n++;
+        snprintf(log_msg + used, sizeof log_msg - used, "%s\n", msg);
+    }
+}
+
+static void test_no_device(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_loader *l = NULL;
+    pf_stats s;
+    t_load_init(&t);
+    cudaSimReset(h_seed, 0, 0); /* a machine without GPUs */
+    cfg = t_config(&t, 50, 5, 2);
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+    CHECK(l == NULL);
+    CHECK_CONTAINS(pf_error(NULL), "no CUDA-capable device is detected");
+    CHECK_CONTAINS(pf_error(NULL), "cudaGetDeviceCount");
+    cfg.backend = PF_BACKEND_DEFAULT; /* falls back, says why, delivers everything */
+    cfg.log = t_log;
+    log_n = 0;
+    log_msg[0] = '\0';
+    t_cons_init(&c);
+    c.on_host = 1;
+    CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
+    CHECK_EQ(log_n, 2);
+    CHECK_CONTAINS(log_msg, "no usable CUDA device: cudaGetDeviceCount failed: no CUDA-capable device");
+    CHECK_CONTAINS(log_msg, "using the host backend");
+    pf_get_stats(c.l, &s);
+    CHECK_EQ(s.backend, PF_BACKEND_HOST);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 20);
+    CHECK_EQ(c.checked, 20);
+    pf_destroy(c.l);
+    t_run_free(&r);
+
+    cudaSimReset(h_seed, 0, 1);
+    cudaSimSetGlobalError(cudaErrorInsufficientDriver); /* no driver at all */
+    cfg.backend = PF_BACKEND_CUDA;
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+    CHECK_CONTAINS(pf_error(NULL), "CUDA driver version is insufficient");
+    CHECK_CONTAINS(pf_error(NULL), "cudaErrorInsufficientDriver");
+    cfg.backend = PF_BACKEND_DEFAULT;
+    log_n = 0;
+    log_msg[0] = '\0';
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    CHECK_CONTAINS(log_msg, "using the host backend");
+    pf_destroy(l);
+    cudaSimReset(h_seed, 0, 1);
+    t_load_free(&t);
+}
+
+static void test_device_out_of_range(void) {
+    tload t;
+    pf_config cfg;
+    pf_loader *l;
+    t_load_init(&t);
+    cudaSimReset(h_seed, 0, 2);
+    cfg = t_config(&t, 50, 5, 1);
+    cfg.cuda_device = 5;
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(NULL), "cfg.cuda_device is 5: must be 0 .. 1");
+    cfg.backend = PF_BACKEND_DEFAULT; /* not silently the host: the GPU exists */
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+    t_load_free(&t);
+}
+
+static void test_second_device_and_caller_device_kept(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    int dev = -1, n = 0;
+    char msg[768];
+    t_load_init(&t);
+    t_cons_init(&c);
+    cudaSimReset(h_seed, 30, 2);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaSetDevice(0) == cudaSuccess); /* the caller works on device 0 */
+    cudaSimForbidLegacyStream(1);
+    cfg = t_config(&t, 60, 6, 1);
+    cfg.cuda_device = 1;
+    cfg.stream = c.stream;
+    CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
+    CHECK(cudaGetDevice(&dev) == cudaSuccess && dev == 0);
+    for (;;) {
+        pf_result r = pf_next(c.l, &b);
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_EPOCH);
+            break;
+        }
+        CHECK(cudaGetDevice(&dev) == cudaSuccess && dev == 0);
+        CHECK(cudaSetDevice(1) == cudaSuccess); /* our "kernel" runs on device 1 */
+        {
+            tcheck *k = (tcheck *)malloc(sizeof(tcheck) + b.count * sizeof(uint64_t));
+            k->c = &c;
+            k->data = (const uint64_t *)b.data;
+            k->bytes = b.bytes;
+            k->epoch = b.epoch;
+            k->batch = b.batch;
+            k->rng = b.rng;
+            k->count = b.count;
+            memcpy(k->indices, b.indices, b.count * sizeof(uint64_t));
+            CHECK(cudaSimLaunchKernel(c.stream, t_kernel, k, b.data, b.bytes) == cudaSuccess);
+        }
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        CHECK(cudaGetDevice(&dev) == cudaSuccess && dev == 0);
+        n++;
+    }
+    CHECK_EQ(n, 10);
+    pf_destroy(c.l);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+    CHECK_EQ(c.checked, 10);
+    CHECK_EQ(c.bad, 0);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    t_load_free(&t);
+}
+
+static void test_legacy_default_stream_when_stream_is_null(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cudaSimForbidLegacyStream(0);
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.stream = NULL;
+    CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
+    t_run_init(&r);
+    /* our kernels stay on c.stream; only the library's waits and records use
+       the legacy stream, and the race detector still sees them ordered */
+    {
+        pf_batch b;
+        int n = 0;
+        while (pf_next(c.l, &b) == PF_OK) {
+            CHECK(cudaSimLaunchKernel(NULL, noop_kernel, NULL, b.data, b.bytes) == cudaSuccess);
+            CHECK_EQ(pf_release(c.l, &b), PF_OK);
+            n++;
+        }
+        CHECK_EQ(n, 10);
+    }
+    CHECK(cudaStreamSynchronize(NULL) == cudaSuccess);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+/* ---- memory, flags, calls ---- */
+
+static void test_memory_exact_and_flags(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 60, 6, 1);
+    cfg.batch_bytes = 1000; /* stride 1024: each slot 256-byte aligned */
+    cfg.host_slots = 5;
+    cfg.device_slots = 3;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(cudaSimBytesLive(), 5 * 1024 + 3 * 1024);
+    CHECK_EQ(cudaSimCalls("cudaHostAlloc"), 1);
+    CHECK_EQ(cudaSimCalls("cudaMalloc"), 1);
+    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 6);
+    CHECK_EQ(cudaSimCalls("cudaStreamCreateWithFlags"), 2); /* ours (the test's) and the copy stream */
+    CHECK_EQ(cudaSimLastFlags("cudaStreamCreateWithFlags"), cudaStreamNonBlocking);
+    CHECK_EQ(cudaSimLastFlags("cudaEventCreateWithFlags"), cudaEventDisableTiming | cudaEventBlockingSync);
+    CHECK_EQ(cudaSimLastFlags("cudaHostAlloc"), cudaHostAllocDefault);
+    pf_destroy(c.l);
+    c.l = NULL;
+    CHECK_EQ(cudaSimCalls("cudaHostAlloc"), 1); /* nothing allocated during the run */
+    cudaStreamDestroy(c.stream);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    pthread_mutex_destroy(&c.mu);
+    t_load_free(&t);
+}
+
+static int host_syncs(void) {
+    return cudaSimCalls("cudaEventSynchronize") + cudaSimCalls("cudaStreamSynchronize") +
+           cudaSimCalls("cudaEventQuery") + cudaSimCalls("cudaDeviceSynchronize");
+}
+
+static void test_pf_next_never_waits_for_the_copy_on_the_host(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_batch b;
+    t_load_init(&t);
+    t_sim_delay_us = 500; /* copies are slow: a host wait would show */
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 60, 6, 1);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 10);
+    CHECK_EQ(host_syncs(), 0); /* not one host wait in a whole epoch */
+    CHECK_EQ(cudaSimCalls("cudaMemcpyAsync"), 10);
+    CHECK_EQ(pf_next(c.l, &b), PF_END_OF_DATA);
+    t_end(&c);
+    t_sim_delay_us = 40;
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+static void test_batch_wait_lands_the_copy_for_the_host(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    int n = 0;
+    t_load_init(&t);
+    t_sim_delay_us = 800;
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 30, 3, 1);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    while (pf_next(c.l, &b) == PF_OK) {
+        int before = cudaSimCalls("cudaEventSynchronize");
+        CHECK_EQ(pf_batch_wait(c.l, &b), PF_OK);
+        CHECK_EQ(cudaSimCalls("cudaEventSynchronize"), before + 1);
+        /* the simulated device memory is host-visible: the bytes are there */
+        t_verify(&c, (const uint64_t *)b.data, b.bytes, b.epoch, b.batch, b.count, b.rng, b.indices);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        n++;
+    }
+    CHECK_EQ(n, 10);
+    CHECK_EQ(c.checked, 10);
+    t_end(&c);
+    t_sim_delay_us = 40;
+    t_load_free(&t);
+}
+
+/* ---- faults ---- */
+
+static void test_runtime_cuda_failures_surface_from_pf_next(void) {
+    static const struct {
+        const char *fn;
+        int nth;
+    } cases[] = {{"cudaMemcpyAsync", 5}, {"cudaEventRecord", 6}, {"cudaStreamWaitEvent", 4},
+                 {"cudaLaunchHostFunc", 3}, {"cudaMemcpyAsync", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tload t;
+        tcons c;
+        pf_config cfg;
+        pf_batch b;
+        pf_result r = PF_OK;
+        int delivered = 0, failed_at = -1;
+        char msg[1024] = "";
+        t_load_init(&t);
+        t_begin(&c, h_seed + i);
+        cfg = t_config(&t, 100, 5, 1);
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        cudaSimFailNth(cases[i].fn, cases[i].nth, cudaErrorLaunchFailure, 0);
+        for (int step = 0; step < 100; step++) {
+            r = t_next(&c, &b);
+            if (r != PF_OK) break;
+            delivered++;
+            r = pf_release(c.l, &b);
+            if (r != PF_OK) break;
+        }
+        snprintf(msg, sizeof msg, "%s", pf_error(c.l));
+        failed_at = delivered;
+        CHECKF(r == PF_ERR_CUDA, "%s #%d: got %d (%s)", cases[i].fn, cases[i].nth, (int)r, msg);
+        CHECK_CONTAINS(msg, cases[i].fn);
+        CHECK_CONTAINS(msg, "unspecified launch failure");
+        CHECK(failed_at < 20);
+        CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA); /* sticky */
+        CHECK_CONTAINS(pf_error(c.l), cases[i].fn);
+        cudaSimClearFaults();
+        t_end(&c); /* destroyable, nothing leaked, no races */
+        t_load_free(&t);
+    }
+}
+
+static void test_every_create_call_can_fail_cleanly(void) {
+    static const char *const fns[] = {"cudaGetDeviceCount", "cudaSetDevice", "cudaHostAlloc", "cudaMalloc",
+                                      "cudaStreamCreateWithFlags", "cudaEventCreateWithFlags"};
+    tload t;
+    pf_config cfg;
+    t_load_init(&t);
+    cfg = t_config(&t, 100, 5, 1);
+    cfg.num_workers = 2;
+    cfg.device_slots = 3;
+    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+        int calls;
+        pf_loader *l = NULL;
+        cudaSimReset(h_seed, 0, 1);
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+        {
+            int before = cudaSimCalls(fns[f]);
+            CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+            calls = cudaSimCalls(fns[f]) - before; /* made by pf_create itself */
+            pf_destroy(l);
+        }
+        if (strcmp(fns[f], "cudaSetDevice") == 0) calls = 1; /* later ones run on library threads */
+        CHECK(calls >= 1);
+        for (int n = 1; n <= calls; n++) {
+            talloc a;
+            cudaError_t err = strstr(fns[f], "Alloc") || strstr(fns[f], "Malloc") ? cudaErrorMemoryAllocation
+                                                                                  : cudaErrorUnknown;
+            pf_result r;
+            cudaSimReset(h_seed, 0, 1);
+            CHECK(cudaSetDevice(0) == cudaSuccess);
+            t_alloc_init(&a, 0);
+            cfg.allocator.alloc_fn = t_alloc;
+            cfg.allocator.free_fn = t_free;
+            cfg.allocator.user_data = &a;
+            cudaSimFailNth(fns[f], n, err, 0);
+            l = (pf_loader *)&a;
+            r = pf_create(&cfg, &l);
+            CHECKF(r == (err == cudaErrorMemoryAllocation ? PF_ERR_NO_MEMORY : PF_ERR_CUDA), "%s #%d: %d (%s)",
+                   fns[f], n, (int)r, pf_error(NULL));
+            CHECK(l == NULL);
+            CHECK_CONTAINS(pf_error(NULL), fns[f]);
+            if (err == cudaErrorMemoryAllocation) CHECK_CONTAINS(pf_error(NULL), "bytes");
+            CHECK_EQ(a.live, 0);
+            CHECK_EQ(cudaSimBytesLive(), 0);
+            CHECK_EQ(cudaSimObjectsLive(), 0);
+            cfg.allocator.alloc_fn = NULL;
+            cfg.allocator.free_fn = NULL;
+        }
+    }
+    cudaSimReset(h_seed, 0, 1);
+    t_load_free(&t);
+}
+
+/* ---- the loader over many seeds and shapes ---- */
+
+static void test_many_seeds_no_race_no_wrong_batch(void) {
+    for (unsigned long long seed = 1; seed <= 24; seed++) {
+        tload t;
+        tcons c;
+        trun r;
+        pf_config cfg;
+        h_rng_state = h_seed * 7919 + seed;
+        t_load_init(&t);
+        t.max_delay_us = (unsigned)(h_rand() % 200);
+        t_sim_delay_us = (unsigned)(h_rand() % 150);
+        t_begin(&c, h_seed * 100 + seed);
+        cfg = t_config(&t, 20 + h_rand() % 200, 1 + (uint32_t)(h_rand() % 9), 1 + (uint32_t)(h_rand() % 3));
+        cfg.num_workers = 1 + (uint32_t)(h_rand() % 5);
+        cfg.host_slots = 1 + (uint32_t)(h_rand() % 6);
+        cfg.device_slots = 1 + (uint32_t)(h_rand() % 4);
+        cfg.shuffle = h_rand() % 2;
+        cfg.unordered = h_rand() % 2;
+        cfg.drop_last = h_rand() % 2;
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        t_run_init(&r);
+        CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
+        t_end(&c);
+        CHECK_EQ((size_t)c.checked, r.n);
+        t_run_free(&r);
+        t_load_free(&t);
+    }
+    t_sim_delay_us = 40;
+}
+
+static const h_test tests[] = {
+    {"rig_flags_consume_without_copy_wait", test_rig_flags_consume_without_copy_wait},
+    {"rig_flags_copy_before_release", test_rig_flags_copy_before_release},
+    {"rig_flags_refill_during_dma", test_rig_flags_refill_during_dma},
+    {"rig_flags_pageable_source", test_rig_flags_pageable_source_and_missing_set_device},
+    {"mutants_are_caught", test_mutants_are_caught},
+    {"no_device", test_no_device},
+    {"device_out_of_range", test_device_out_of_range},
+    {"second_device_and_caller_device_kept", test_second_device_and_caller_device_kept},
+    {"legacy_default_stream_when_stream_is_null", test_legacy_default_stream_when_stream_is_null},
+    {"memory_exact_and_flags", test_memory_exact_and_flags},
+    {"pf_next_never_waits_on_the_host", test_pf_next_never_waits_for_the_copy_on_the_host},
+    {"batch_wait_lands_the_copy", test_batch_wait_lands_the_copy_for_the_host},
+    {"runtime_cuda_failures_surface", test_runtime_cuda_failures_surface_from_pf_next},
+    {"every_create_call_can_fail_cleanly", test_every_create_call_can_fail_cleanly},
+    {"many_seeds_no_race_no_wrong_batch", test_many_seeds_no_race_no_wrong_batch},
+};
+
+int main(int argc, char **argv) {
+    return h_main(argc, argv, "CUDA backend suite (simulated runtime)", tests, sizeof tests / sizeof tests[0]);
+}

@@ -1,0 +1,132 @@
+/* test_real.c - the CUDA backend against the real runtime (gcc or g++ with
+   -DPREFETCH_CUDA -lcudart). Without a usable GPU: PF_BACKEND_CUDA fails
+   with PF_ERR_NO_DEVICE and the runtime's own words, and DEFAULT falls back
+   to the host backend and delivers every batch. With a GPU: every batch is
+   copied back from the device and checked. */
+#define _POSIX_C_SOURCE 200809L
+#define PREFETCH_IMPLEMENTATION
+#include "../prefetch.h"
+#include "util.h"
+
+static char logged[1024];
+static void t_log(void *user, int level, const char *msg) {
+    (void)user;
+    (void)level;
+    if (strstr(msg, "host backend") && !logged[0]) snprintf(logged, sizeof logged, "%s", msg);
+}
+
+static int gpu_count(cudaError_t *err) {
+    int n = 0;
+    *err = cudaGetDeviceCount(&n);
+    (void)cudaGetLastError();
+    return *err == cudaSuccess ? n : 0;
+}
+
+static void test_cuda_backend_without_a_gpu_says_why(void) {
+    cudaError_t e;
+    tload t;
+    pf_config cfg;
+    pf_loader *l = NULL;
+    if (gpu_count(&e) > 0) {
+        h_skip("a GPU is present: this is the GPU-less check (real_gpu_batches runs instead)");
+        return;
+    }
+    t_load_init(&t);
+    cfg = t_config(&t, 100, 10, 1);
+    cfg.backend = PF_BACKEND_CUDA;
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+    CHECK(l == NULL);
+    CHECK_CONTAINS(pf_error(NULL), "no usable CUDA device");
+    CHECK_CONTAINS(pf_error(NULL), cudaGetErrorString(e)); /* the runtime's own message */
+    CHECK_CONTAINS(pf_error(NULL), cudaGetErrorName(e));
+    if (h_verbose) printf("    %s\n", pf_error(NULL));
+    t_load_free(&t);
+}
+
+static void test_default_backend_falls_back_and_delivers(void) {
+    cudaError_t e;
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_stats s;
+    if (gpu_count(&e) > 0) {
+        h_skip("a GPU is present: the fallback cannot happen");
+        return;
+    }
+    t_load_init(&t);
+    t_cons_init(&c);
+    cfg = t_config(&t, 1000, 32, 2);
+    cfg.backend = PF_BACKEND_DEFAULT;
+    cfg.shuffle = true;
+    cfg.log = t_log;
+    logged[0] = '\0';
+    CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
+    CHECK_CONTAINS(logged, "using the host backend");
+    CHECK_CONTAINS(logged, cudaGetErrorString(e));
+    pf_get_stats(c.l, &s);
+    CHECK_EQ(s.backend, PF_BACKEND_HOST);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 2 * 32);
+    CHECK_EQ(c.checked, 64);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+/* Only where a GPU exists: real copies, checked after a device-to-host copy
+   on the consumer stream. */
+static void test_real_gpu_batches(void) {
+    cudaError_t e;
+    tload t;
+    tcons c;
+    pf_config cfg;
+    cudaStream_t stream;
+    void *back;
+    int n = 0;
+    if (gpu_count(&e) == 0) {
+        h_skip("needs a GPU (the simulated runtime covers the ordering here)");
+        return;
+    }
+    t_load_init(&t);
+    t_cons_init(&c);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaHostAlloc(&back, t_batch_bytes(64), cudaHostAllocDefault) == cudaSuccess);
+    cfg = t_config(&t, 5000, 64, 2);
+    cfg.backend = PF_BACKEND_CUDA;
+    cfg.stream = stream;
+    cfg.shuffle = true;
+    CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(c.l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_DATA);
+            break;
+        }
+        CHECK(cudaMemcpyAsync(back, b.data, b.bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+        CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+        t_verify(&c, (const uint64_t *)back, b.bytes, b.epoch, b.batch, b.count, b.rng, b.indices);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        n++;
+    }
+    CHECK_EQ(n, 2 * 79);
+    CHECK_EQ(c.checked, n);
+    t_end(&c);
+    cudaFreeHost(back);
+    cudaStreamDestroy(stream);
+    t_load_free(&t);
+}
+
+static const h_test tests[] = {
+    {"cuda_backend_without_a_gpu_says_why", test_cuda_backend_without_a_gpu_says_why},
+    {"default_backend_falls_back_and_delivers", test_default_backend_falls_back_and_delivers},
+    {"real_gpu_batches", test_real_gpu_batches},
+};
+
+int main(int argc, char **argv) {
+    return h_main(argc, argv, "real CUDA runtime suite", tests, sizeof tests / sizeof tests[0]);
+}
