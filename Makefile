@@ -1,0 +1,154 @@
+# prefetch.h - build and test. Everything lands in build/.
+#   make test     the whole suite; ends with "N passed, N failed"
+#   make demo     naive vs prefetched on the default workload (GPU if present)
+#   make bench    the benchmarks (JSON lines, then a table); QUICK=1 for a short run
+#   make examples every example; make fuzz, make lint: see the README
+# make predefines CC=cc and CXX=g++; we mean gcc unless told otherwise
+ifeq ($(origin CC),default)
+CC       := gcc
+endif
+ifeq ($(origin CXX),default)
+CXX      := g++
+endif
+CLANG    ?= clang
+CUDA_HOME ?= /usr/local/cuda
+NVCC     := $(CUDA_HOME)/bin/nvcc
+B        := build
+
+WARN     := -Wall -Wextra -Wpedantic -Werror
+CSTD     := -std=c11
+TFLAGS   := -O1 -g $(WARN)
+ASAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+TSAN     := -fsanitize=thread
+SIM      := -DTEST_SIM -DPREFETCH_CUDA -Itests/sim
+CUDA_INC := -I$(CUDA_HOME)/include
+CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+NVFLAGS  := -O2 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror
+
+HDR      := prefetch.h
+THDR     := tests/harness.h tests/util.h $(HDR)
+SIMSRC   := tests/sim/cuda_sim.c
+SIMHDR   := tests/sim/cuda_runtime_api.h
+
+# The toolkit is optional on a user's machine: the CUDA builds are then
+# skipped with a line saying so (the simulated-runtime suites still run).
+HAVE_CUDA := $(shell test -x $(NVCC) && test -f $(CUDA_HOME)/include/cuda_runtime_api.h && echo 1)
+
+HOST_TESTS := $(B)/core_gcc $(B)/core_clang $(B)/core_cxx $(B)/core_asan $(B)/core_tsan
+SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan
+COMPILE_TESTS := $(B)/strict_gcc $(B)/strict_clang $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
+HOST_EXAMPLES := $(B)/demo
+CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/nvcc_impl $(B)/train_cuda $(B)/gpu_bench $(B)/demo_cuda
+
+ALL_TESTS := $(HOST_TESTS) $(SIM_TESTS) $(COMPILE_TESTS) $(HOST_EXAMPLES)
+ifeq ($(HAVE_CUDA),1)
+ALL_TESTS += $(CUDA_TESTS)
+endif
+
+.PHONY: test test-build demo bench examples clean
+
+test:
+	@mkdir -p $(B)
+	@echo "building $(words $(ALL_TESTS)) test programs (gcc, clang, g++, ASan+UBSan, TSan$(if $(HAVE_CUDA),$(comma) CUDA toolkit))"
+	@$(MAKE) -k --no-print-directory -j2 test-build > $(B)/build.log 2>&1 || \
+		{ echo "some builds failed (each is counted as a failure below); the compiler said:"; grep -E "error|Error" $(B)/build.log | head -40; }
+	@HAVE_CUDA="$(HAVE_CUDA)" CUDA_HOME="$(CUDA_HOME)" sh tests/run.sh
+
+comma := ,
+test-build: $(ALL_TESTS)
+
+# ---- host backend: the core suite five ways
+$(B)/core_gcc: tests/test_core.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
+$(B)/core_clang: tests/test_core.c $(THDR)
+	@rm -f $@
+	$(CLANG) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
+$(B)/core_cxx: tests/test_core.c $(THDR)
+	@rm -f $@
+	$(CXX) -std=c++17 $(TFLAGS) -x c++ $< -o $@ -lpthread
+$(B)/core_asan: tests/test_core.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(ASAN) $< -o $@ -lpthread
+$(B)/core_tsan: tests/test_core.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
+
+# ---- CUDA backend on the simulated runtime: plain, ASan+UBSan, TSan
+$(B)/core_sim: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/cuda_sim: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/core_sim_asan: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CLANG) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/cuda_sim_asan: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CLANG) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/core_sim_tsan: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CLANG) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/cuda_sim_tsan: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CLANG) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+
+# ---- how users include it: strict C11, C++17, PREFETCH_STATIC, two files
+$(B)/strict_gcc: tests/compile/strict_c11.c $(HDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(WARN) $< -o $@
+$(B)/strict_clang: tests/compile/strict_c11.c $(HDR)
+	@rm -f $@
+	$(CLANG) $(CSTD) $(WARN) $< -o $@
+$(B)/strict_cxx: tests/compile/strict_c11.c $(HDR)
+	@rm -f $@
+	$(CXX) -std=c++17 $(WARN) -x c++ $< -o $@
+$(B)/static_impl: tests/compile/static_impl.c $(HDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(WARN) $< -o $@
+$(B)/two_tu: tests/compile/two_tu_impl.c tests/compile/two_tu_main.c $(HDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(WARN) tests/compile/two_tu_impl.c tests/compile/two_tu_main.c -o $@
+
+# ---- the real CUDA toolkit: gcc and g++ with -lcudart, and nvcc
+$(B)/real_gcc: tests/test_real.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) -DPREFETCH_CUDA $(CUDA_INC) $< -o $@ $(CUDA_LIB) -lpthread
+$(B)/real_cxx: tests/test_real.c $(THDR)
+	@rm -f $@
+	$(CXX) -std=c++17 $(TFLAGS) -DPREFETCH_CUDA $(CUDA_INC) -x c++ $< -o $@ $(CUDA_LIB) -lpthread
+$(B)/nvcc_impl: tests/compile/nvcc_impl.cu $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) $< -o $@
+$(B)/train_cuda: examples/train_cuda.cu $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) $< -o $@
+$(B)/gpu_bench: bench/gpu_bench.cu $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) $< -o $@
+$(B)/demo_cuda: examples/demo.c $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) -x cu $< -o $@
+
+# ---- examples and the demo
+$(B)/demo: examples/demo.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+
+ifeq ($(HAVE_CUDA),1)
+DEMO := $(B)/demo_cuda
+else
+DEMO := $(B)/demo
+endif
+
+demo:
+	@mkdir -p $(B)
+	@$(if $(HAVE_CUDA),,echo "no CUDA toolkit at $(CUDA_HOME): building the host-only demo";)
+	@$(MAKE) --no-print-directory $(DEMO) >/dev/null
+	@$(DEMO)
+
+examples: $(HOST_EXAMPLES) $(if $(HAVE_CUDA),$(B)/train_cuda $(B)/demo_cuda)
+
+clean:
+	rm -rf $(B)
