@@ -101,7 +101,8 @@
    MEMORY
 
      Allocated once in pf_create, never during the run:
-       host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host)
+       host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host;
+                                   touched once in pf_create, so resident)
        GPU:   device_slots * stride (CUDA backend)
      where stride = batch_bytes rounded up to 256, so that every slot starts
      256-byte aligned for vector loads. Plus small bookkeeping through
@@ -624,6 +625,7 @@ enum {
 
 typedef struct pf__slot {
     pf_loader *owner;
+    const pf__plan *plan; /* its epoch's plan, alive until the slot is taken */
     unsigned char *data;
     uint64_t *indices;
     uint64_t seq, epoch, batch, rng, nbatches, ticket, started_ns;
@@ -671,7 +673,7 @@ typedef struct pf__cuda {
     uint32_t fifo_cap, fifo_head, fifo_count;
     uint32_t held;
     pf__thread stager;
-    bool stager_started, stager_done;
+    bool stager_started, stager_done, stager_waiting;
     pf__cond stager_cv;
 } pf__cuda;
 #endif
@@ -721,7 +723,10 @@ struct pf_loader {
     int stopping; /* read by pf_job_cancelled without the lock */
     pf__worker *workers;
     uint32_t workers_started, workers_waiting;
-    bool consumer_waiting;
+    bool consumer_waiting; /* a thread waits in pf_next */
+    uint32_t nready;       /* host slots READY */
+    uint32_t wake_batch;   /* free slots that wake waiting workers */
+    unsigned wake;         /* PF__WAKE_*: signals owed once the lock drops */
 
     /* stats */
     uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
@@ -830,14 +835,58 @@ static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
     return &l->plans[(l->plan_head + (uint32_t)(epoch - first)) % l->plan_cap];
 }
 
+/* Wakes are decided under the lock but sent after it drops (pf__unlock_wake),
+   so a woken thread does not run straight into a held lock; a thread that
+   waits sends what is owed first (pf__wait), so no wake is ever lost. */
+enum { PF__WAKE_WORKER = 1, PF__WAKE_WORKERS = 2, PF__WAKE_CONSUMER = 4, PF__WAKE_STAGER = 8 };
+
+static void pf__send_wakes(pf_loader *l, unsigned w) {
+    if (w & PF__WAKE_WORKERS) pf__broadcast(&l->worker_cv);
+    else if (w & PF__WAKE_WORKER) pf__signal(&l->worker_cv);
+    if (w & PF__WAKE_CONSUMER) pf__broadcast(&l->consumer_cv);
+#ifdef PREFETCH_CUDA
+    if (w & PF__WAKE_STAGER) pf__signal(&l->cu.stager_cv);
+#endif
+}
+
+static void pf__unlock_wake(pf_loader *l) {
+    unsigned w = l->wake;
+    l->wake = 0;
+    pf__unlock(&l->mu);
+    if (w) pf__send_wakes(l, w);
+}
+
+static void pf__wait(pf_loader *l, pf__cond *cv) {
+    if (l->wake) pf__send_wakes(l, l->wake);
+    l->wake = 0;
+    pf__cond_wait(cv, &l->mu);
+}
+
+static bool pf__taker_waiting(const pf_loader *l) {
+#ifdef PREFETCH_CUDA
+    if (l->backend == PF_BACKEND_CUDA) return l->cu.stager_waiting;
+#endif
+    return l->consumer_waiting;
+}
+
+/* A loaded batch (or an end, or an error) may unblock the taker. */
 static void pf__wake_takers(pf_loader *l) {
 #ifdef PREFETCH_CUDA
     if (l->backend == PF_BACKEND_CUDA) {
-        pf__signal(&l->cu.stager_cv);
+        if (l->cu.stager_waiting) l->wake |= PF__WAKE_STAGER;
         return;
     }
 #endif
-    if (l->consumer_waiting) pf__broadcast(&l->consumer_cv);
+    if (l->consumer_waiting) l->wake |= PF__WAKE_CONSUMER;
+}
+
+/* Waiting workers are woken in batches, a quarter of the ring at a time,
+   unless the ring runs low or the taker is starving: one wakeup then buys
+   several loads instead of one. */
+static void pf__wake_workers(pf_loader *l, bool urgent) {
+    if (!l->workers_waiting || !l->nfree) return;
+    if (urgent || l->nfree >= l->wake_batch || l->nready <= l->cfg.num_workers || pf__taker_waiting(l))
+        l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
 
 /* Plan the claim cursor's epoch. Called with the lock held and returns with
@@ -848,14 +897,14 @@ static void pf__plan_next(pf_loader *l) {
     pf__plan *p;
     l->planning = true;
     if (l->cfg.num_samples_fn) {
-        pf__unlock(&l->mu);
+        pf__unlock_wake(l);
         n = l->cfg.num_samples_fn(l->cfg.user, e);
         pf__lock(&l->mu);
     } else {
         n = l->cfg.num_samples;
     }
     l->planning = false;
-    pf__broadcast(&l->worker_cv);
+    if (l->workers_waiting) l->wake |= PF__WAKE_WORKERS;
     if (n > PF__MAX_SAMPLES) {
         l->pipe_error = PF_ERR_INVALID_ARG;
         l->pipe_error_seq = l->next_seq;
@@ -878,7 +927,7 @@ static void pf__plan_next(pf_loader *l) {
 enum { PF__CLAIM_OK, PF__CLAIM_NO_SLOT, PF__CLAIM_NO_JOB, PF__CLAIM_DONE };
 
 /* A worker takes a free slot and the next job together, under the lock. */
-static int pf__claim(pf_loader *l, pf__worker *w, pf__slot **out) {
+static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) {
     for (;;) {
         pf__slot *s;
         if (l->stopping || l->claims_done) return PF__CLAIM_DONE;
@@ -903,9 +952,10 @@ static int pf__claim(pf_loader *l, pf__worker *w, pf__slot **out) {
         s->epoch = l->claim_epoch;
         s->batch = l->claim_batch++;
         s->nbatches = l->claim_nbatches;
+        s->plan = pf__plan_find(l, l->claim_epoch);
         s->worker = w->id;
         s->result = PF_OK;
-        s->started_ns = pf__now_ns();
+        s->started_ns = now;
         *out = s;
         return PF__CLAIM_OK;
     }
@@ -914,6 +964,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, pf__slot **out) {
 /* A worker finished slot s (lock held). */
 static void pf__publish(pf_loader *l, pf__slot *s) {
     s->state = PF__SLOT_READY;
+    l->nready++;
     if (s->result != PF_OK) l->claims_done = true; /* stop loading: nothing after it is delivered in order */
     if (l->cfg.unordered)
         l->ready_fifo[(l->ready_head + l->ready_count++) % l->nslots] = s->index;
@@ -926,7 +977,7 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
     s->state = PF__SLOT_FREE;
     s->ticket = 0;
     l->free_stack[l->nfree++] = s->index;
-    if (l->workers_waiting) pf__signal(&l->worker_cv);
+    pf__wake_workers(l, false);
 }
 
 /* The taker's next step (lock held): PF_OK with *out, PF_END_OF_EPOCH,
@@ -949,7 +1000,7 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         l->take_done = 0;
         l->plan_head = (l->plan_head + 1) % l->plan_cap;
         l->plan_count--;
-        pf__broadcast(&l->worker_cv); /* room for another plan */
+        if (l->workers_waiting) l->wake |= PF__WAKE_WORKERS; /* room for another plan */
         return PF_END_OF_EPOCH;
     }
     if (!l->cfg.unordered) {
@@ -970,6 +1021,8 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         l->ready_head = (l->ready_head + 1) % l->nslots;
         l->ready_count--;
     }
+    l->nready--;
+    pf__wake_workers(l, false);
     if (s->result != PF_OK) {
         l->take_fatal = s->result;
         memcpy(l->take_msg, s->msg, sizeof l->take_msg);
@@ -1023,7 +1076,8 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
 /* Consumer wait accounting: copy-bound when the host ring is mostly stuck
    behind DMA, input-bound otherwise (lock held). */
 static void pf__account_wait(pf_loader *l, uint64_t t0, bool copy_bound) {
-    uint64_t dt = pf__now_ns() - t0;
+    uint64_t now = pf__now_ns(), dt = now - t0;
+    l->st_last_ns = now;
     if (copy_bound)
         l->st_wait_copy_ns += dt;
     else
@@ -1050,6 +1104,9 @@ static bool pf__copy_bound(pf_loader *l) {
 static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     int r = 0;
     l->consumer_waiting = true;
+    pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
+    if (l->wake) pf__send_wakes(l, l->wake);
+    l->wake = 0;
     if (deadline)
         r = pf__cond_timedwait(&l->consumer_cv, &l->mu, deadline);
     else
@@ -1060,16 +1117,14 @@ static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
 
 static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint64_t nbatches, uint32_t count,
                               size_t bytes) {
-    uint64_t now = pf__now_ns();
-    uint32_t ready = 0, i;
-    for (i = 0; i < l->nslots; i++) ready += l->slots[i].state == PF__SLOT_READY;
-    if (!l->st_first_ns) l->st_first_ns = now;
-    l->st_last_ns = now;
+    /* the latest pf_next's time, to within 16 batches: a clock read costs
+       as much as a tenth of a handoff */
+    if (l->st_batches < 16 || (l->st_batches & 15) == 0) l->st_last_ns = pf__now_ns();
     l->st_batches++;
     l->st_samples += count;
     l->st_bytes += bytes;
     l->st_nexts++;
-    l->st_ready_sum += ready;
+    l->st_ready_sum += l->nready;
     l->cons_epoch = epoch;
     l->cons_batch = batch + 1;
     l->cons_nbatches = nbatches;
@@ -1083,13 +1138,10 @@ static void pf__note_epoch_end(pf_loader *l) {
 
 /* >>workers --------------------------------------------------------------- */
 static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
-    const pf__plan *p;
+    const pf__plan *p = s->plan; /* alive: the taker has not passed batch s */
     uint64_t first = s->batch * l->cfg.batch_size;
     uint32_t i;
-    pf__lock(&l->mu);
-    p = pf__plan_find(l, s->epoch); /* alive: its batch s is not taken yet */
-    pf__unlock(&l->mu);
-    PF_ASSERT(p);
+    PF_ASSERT(p && p->epoch == s->epoch);
     s->count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
     for (i = 0; i < s->count; i++) s->indices[i] = pf__plan_index(p, &l->cfg, first + i);
     s->rng = pf__job_rng(&l->cfg, s->epoch, s->batch);
@@ -1117,27 +1169,29 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
     pf__cuda_bind_thread(l); /* so a load that calls CUDA uses the loader's GPU */
 #endif
     if (l->cfg.on_worker_start) l->cfg.on_worker_start(l->cfg.user, w->id);
+    /* One clock read per batch: the end of a load is the start of the next
+       claim (or the wakeup after a wait). */
+    uint64_t now = pf__now_ns();
     pf__lock(&l->mu);
     for (;;) {
         pf__slot *s = NULL;
         pf_job job;
-        uint64_t t0, t1;
-        int rc, claim = pf__claim(l, w, &s);
+        int rc, claim = pf__claim(l, w, now, &s);
         if (claim == PF__CLAIM_DONE) break;
         if (claim != PF__CLAIM_OK) {
-            t0 = pf__now_ns();
+            uint64_t t0 = now;
             l->workers_waiting++;
-            pf__cond_wait(&l->worker_cv, &l->mu);
+            pf__wait(l, &l->worker_cv);
             l->workers_waiting--;
-            if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += pf__now_ns() - t0;
+            now = pf__now_ns();
+            if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += now - t0;
             continue;
         }
-        pf__unlock(&l->mu);
+        pf__unlock_wake(l);
         pf__fill_job(l, s, w, &job);
         w->msg[0] = '\0';
-        t0 = pf__now_ns();
         rc = l->cfg.load(l->cfg.user, &job);
-        t1 = pf__now_ns();
+        now = pf__now_ns();
         if (rc != 0) {
             pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
                        (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
@@ -1154,10 +1208,10 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         s->bytes = job.bytes;
         if (s->result != PF_OK && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
         pf__lock(&l->mu);
-        l->st_load_ns += t1 - t0;
+        l->st_load_ns += now - s->started_ns; /* index computation counts as loading */
         pf__publish(l, s);
     }
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     PF__THREAD_RETURN;
 }
 
@@ -1407,7 +1461,7 @@ static void CUDART_CB pf__copied_cb(void *arg) {
     pf_loader *l = s->owner;
     pf__lock(&l->mu);
     pf__slot_free(l, s);
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
 }
 
 static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
@@ -1415,7 +1469,7 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
     pf__item *it = &cu->fifo[(cu->fifo_head + cu->fifo_count++) % cu->fifo_cap];
     it->kind = kind;
     it->slot = slot;
-    if (l->consumer_waiting) pf__broadcast(&l->consumer_cv);
+    if (l->consumer_waiting) l->wake |= PF__WAKE_CONSUMER;
 }
 
 /* The stager's error ends the stream of batches; the consumer sees it after
@@ -1451,6 +1505,12 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
     return pf__cuda_code(e);
 }
 
+static void pf__stager_wait(pf_loader *l) {
+    l->cu.stager_waiting = true;
+    pf__wait(l, &l->cu.stager_cv);
+    l->cu.stager_waiting = false;
+}
+
 static PF__THREAD_FN pf__stager_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
     pf__cuda *cu = &l->cu;
@@ -1469,12 +1529,14 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         int r;
         char why[PF__MSG_SIZE];
         if (cu->fifo_count == cu->fifo_cap) {
-            pf__cond_wait(&cu->stager_cv, &l->mu);
+            pf__stager_wait(l);
             continue;
         }
         r = pf__take(l, &s);
         if (r == PF__WAIT) {
-            pf__cond_wait(&cu->stager_cv, &l->mu);
+            cu->stager_waiting = true; /* counts as the taker starving */
+            pf__wake_workers(l, true);
+            pf__stager_wait(l);
             continue;
         }
         if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) {
@@ -1487,7 +1549,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             continue;
         }
         s->state = PF__SLOT_STAGING;
-        while (cu->dfree_count == 0 && !l->stopping) pf__cond_wait(&cu->stager_cv, &l->mu);
+        while (cu->dfree_count == 0 && !l->stopping) pf__stager_wait(l);
         if (l->stopping) break;
         d = cu->dfree[cu->dfree_head];
         cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
@@ -1503,7 +1565,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->indices = s->indices;
         s->indices = swap;
         s->state = PF__SLOT_COPYING;
-        pf__unlock(&l->mu);
+        pf__unlock_wake(l);
         r = pf__stage_copy(l, s, d, ds->bytes, why, sizeof why);
         pf__lock(&l->mu);
         if (r != PF_OK) {
@@ -1515,7 +1577,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         l->st_copy_bytes += ds->bytes;
         pf__push_item(l, PF__ITEM_BATCH, d);
     }
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     if (cu->stager_done && l->take_fatal && !PF__LOAD_FLAG(&l->stopping) && l->take_fatal != PF_ERR_LOAD)
         pf__log(&l->cfg, PF_LOG_ERROR, "%s", l->take_msg);
     PF__THREAD_RETURN;
@@ -1535,7 +1597,7 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespe
             if (it.kind == PF__ITEM_DATA_END) return PF_END_OF_DATA;
             cu->fifo_head = (cu->fifo_head + 1) % cu->fifo_cap;
             cu->fifo_count--;
-            pf__signal(&cu->stager_cv);
+            if (cu->stager_waiting) l->wake |= PF__WAKE_STAGER;
             if (it.kind == PF__ITEM_EPOCH_END) {
                 pf__note_epoch_end(l);
                 return PF_END_OF_EPOCH;
@@ -1575,7 +1637,7 @@ static pf_result pf__cuda_consume(pf_loader *l, const pf_batch *b) {
         l->fatal = PF_ERR_CUDA;
         pf__format(l->take_msg, sizeof l->take_msg, "%s", m);
         pf__fail(l, PF_ERR_CUDA, "%s", m);
-        pf__unlock(&l->mu);
+        pf__unlock_wake(l);
         pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
         return PF_ERR_CUDA;
     }
@@ -1593,13 +1655,13 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
     pf__lock(&l->mu);
     r = pf__check_batch(l, b, "pf_release", l->cfg.device_slots, pf__device_ticket);
     if (r != PF_OK) {
-        pf__unlock(&l->mu);
+        pf__unlock_wake(l);
         return r;
     }
     d = b->pf__slot;
     cu->dslots[d].ticket = 0; /* claimed by this release: a racing second release fails */
     b->pf__ticket = 0;
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     e = pf__cuda_enter(l, &prev);
     if (e == cudaSuccess) e = cudaEventRecord(cu->released[d], cu->consumer);
     pf__cuda_leave(l, prev);
@@ -1617,9 +1679,9 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
         cu->dslots[d].state = PF__SLOT_FREE;
         cu->dfree[(cu->dfree_head + cu->dfree_count++) % l->cfg.device_slots] = d;
         cu->held--;
-        pf__signal(&cu->stager_cv);
+        if (cu->stager_waiting) l->wake |= PF__WAKE_STAGER;
     }
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     return r;
 }
 
@@ -1629,7 +1691,7 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     pf_result r;
     pf__lock(&l->mu);
     r = pf__check_batch(l, b, "pf_batch_wait", l->cfg.device_slots, pf__device_ticket);
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     if (r != PF_OK) return r;
     e = pf__cuda_enter(l, &prev);
     if (e == cudaSuccess) e = cudaEventSynchronize(l->cu.copied[b->pf__slot]);
@@ -1639,7 +1701,7 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
         pf__cuda_msg(m, sizeof m, "pf_batch_wait: cudaEventSynchronize(copied)", e);
         pf__lock(&l->mu);
         r = pf__fail(l, PF_ERR_CUDA, "%s", m);
-        pf__unlock(&l->mu);
+        pf__unlock_wake(l);
     }
     return r;
 }
@@ -1758,6 +1820,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         l->free_stack[i] = nslots - 1 - i; /* slot 0 on top */
     }
     l->nfree = nslots;
+    l->wake_batch = nslots >= 8 ? nslots / 4 : 1;
     *out = l;
 #ifdef PREFETCH_CUDA
     if (dslots) {
@@ -1788,6 +1851,11 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         }
         p = (unsigned char *)l->host_raw;
         p += (PF__ALIGN - (uintptr_t)p % PF__ALIGN) % PF__ALIGN;
+        /* touch every page now: memory use is exact from the start and the
+           first epoch pays no page faults (pinned memory is resident
+           already). Not with zeros: some hypervisors back zeroed pages
+           lazily and charge the first real write instead. */
+        memset(p, 0xa5, (size_t)nslots * stride);
         for (i = 0; i < nslots; i++) l->slots[i].data = p + (size_t)i * stride;
     }
     r = PF_OK;
@@ -1894,6 +1962,7 @@ PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
     if (!l) return PF_ERR_INVALID_ARG;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->mu);
+    if (!l->st_first_ns) l->st_first_ns = l->st_last_ns = pf__now_ns(); /* waits count from the first call */
     if (!out) {
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_next: out is NULL");
     } else if (l->fatal) {
@@ -1906,7 +1975,7 @@ PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
 #endif
             r = pf__next_host(l, out, l->cfg.timeout_ms ? &deadline : NULL);
     }
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
 #ifdef PREFETCH_CUDA
     if (r == PF_OK && l->backend == PF_BACKEND_CUDA) r = pf__cuda_consume(l, out);
 #endif
@@ -1921,7 +1990,7 @@ PF_API pf_result pf_release(pf_loader *l, pf_batch *b) {
 #endif
     pf__lock(&l->mu);
     r = b ? pf__release_host(l, b) : pf__fail(l, PF_ERR_INVALID_ARG, "pf_release: batch is NULL");
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     return r;
 }
 
@@ -1934,7 +2003,7 @@ PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b) {
     pf__lock(&l->mu);
     r = b ? pf__check_batch(l, b, "pf_batch_wait", l->nslots, pf__host_ticket)
           : pf__fail(l, PF_ERR_INVALID_ARG, "pf_batch_wait: batch is NULL");
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     return r;
 }
 
