@@ -148,6 +148,17 @@ demo:
 	@$(MAKE) --no-print-directory $(DEMO) >/dev/null
 	@$(DEMO)
 
+# ---- benchmarks: the host backend here; the GPU one reports only on a GPU
+$(B)/bench: bench/bench.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+
+bench:
+	@mkdir -p $(B)
+	@$(MAKE) --no-print-directory $(B)/bench $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
+	@$(B)/bench $(if $(QUICK),--quick)
+	@$(if $(HAVE_CUDA),echo; $(B)/gpu_bench $(if $(QUICK),--quick),echo "(no CUDA toolkit at $(CUDA_HOME): the GPU benchmark was not built)")
+
 examples: $(HOST_EXAMPLES) $(if $(HAVE_CUDA),$(B)/train_cuda $(B)/demo_cuda)
 
 clean:

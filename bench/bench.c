@@ -1,0 +1,493 @@
+/* bench.c - the host backend against the limits of the machine at hand, all
+   measured in one run: every figure is a ratio to a limit measured right
+   beside it. JSON lines first, then a table. See bench/README.md.
+
+     1. copy-bound throughput vs plain memcpy with as many threads
+     2. handoff overhead: ns per (empty) batch, in order and unordered
+     3. overlap: sleep-based loads and steps vs the ideal max(step, load/W)
+     4. scaling: a load-bound mix with 1..16 workers
+     5. memory: peak RSS beyond the dataset vs the slots
+
+   Build: cc -O2 -std=c11 bench/bench.c -o bench -lpthread; ./bench [--quick] */
+#define _POSIX_C_SOURCE 200809L
+#define PREFETCH_IMPLEMENTATION
+#include "../prefetch.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int quick;
+static const char *only; /* --only NAME: one section */
+static int want(const char *name) { return !only || !strcmp(only, name); }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_us(double us) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)(us / 1e6);
+    ts.tv_nsec = (long)((us - (double)ts.tv_sec * 1e6) * 1e3);
+    nanosleep(&ts, NULL);
+}
+
+static void die(const char *what, pf_loader *l) {
+    fprintf(stderr, "%s: %s\n", what, l ? pf_error(l) : pf_error(NULL));
+    exit(1);
+}
+
+/* The consumer loop: every batch, `touch` it, release. Returns seconds. */
+typedef unsigned (*touch_fn)(const pf_batch *b, void *arg);
+static double consume(pf_config *cfg, touch_fn touch, void *arg, pf_stats *st) {
+    pf_loader *l;
+    volatile unsigned sink = 0;
+    double t0;
+    if (pf_create(cfg, &l) != PF_OK) die("pf_create", NULL);
+    t0 = now_s();
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r == PF_END_OF_DATA) break;
+        if (r != PF_OK) die("pf_next", l);
+        if (touch) sink += touch(&b, arg);
+        pf_release(l, &b);
+    }
+    t0 = now_s() - t0;
+    if (st) pf_get_stats(l, st);
+    pf_destroy(l);
+    (void)sink;
+    return t0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* 1. copy-bound: a RAM-resident dataset, items copied into the slots     */
+
+typedef struct dataset {
+    unsigned char *data;
+    size_t item, nitems;
+} dataset;
+
+static int copy_load(void *user, pf_job *job) {
+    const dataset *d = (const dataset *)user;
+    unsigned char *out = (unsigned char *)job->host;
+    for (uint32_t i = 0; i < job->count; i++)
+        memcpy(out + (size_t)i * d->item, d->data + (job->indices[i] % d->nitems) * d->item, d->item);
+    job->bytes = (size_t)job->count * d->item;
+    return 0;
+}
+
+static unsigned touch_items(const pf_batch *b, void *arg) { /* read a word of every item */
+    const dataset *d = (const dataset *)arg;
+    unsigned acc = 0;
+    for (uint32_t i = 0; i < b->count; i++) acc += ((const unsigned *)((const unsigned char *)b->data + i * d->item))[0];
+    return acc;
+}
+
+/* The limit: the same item copies by as many threads as the loader has
+   workers, no loader, each thread into one reused batch buffer (the best
+   case for memcpy: that buffer may stay in cache, the loader's rotating
+   slots cannot). Buffers are filled first so they are resident. */
+typedef struct memcpy_arg {
+    const dataset *d;
+    size_t batches, batch_items;
+    unsigned first;
+    unsigned char *dst;
+} memcpy_arg;
+
+static void *memcpy_thread(void *p) {
+    memcpy_arg *a = (memcpy_arg *)p;
+    size_t k = a->first;
+    for (size_t b = 0; b < a->batches; b++)
+        for (size_t i = 0; i < a->batch_items; i++, k++)
+            memcpy(a->dst + i * a->d->item, a->d->data + (k % a->d->nitems) * a->d->item, a->d->item);
+    return NULL;
+}
+
+static double memcpy_limit(const dataset *d, unsigned threads, size_t batches, size_t batch_items) {
+    pthread_t th[16];
+    memcpy_arg a[16];
+    double t0;
+    for (unsigned t = 0; t < threads; t++) {
+        a[t].d = d;
+        a[t].batches = batches / threads;
+        a[t].batch_items = batch_items;
+        a[t].first = (unsigned)(t * (d->nitems / threads));
+        a[t].dst = (unsigned char *)malloc(batch_items * d->item);
+        memset(a[t].dst, 0xa5, batch_items * d->item); /* non-zero: really resident, see pf_create */
+    }
+    t0 = now_s();
+    for (unsigned t = 0; t < threads; t++) pthread_create(&th[t], NULL, memcpy_thread, &a[t]);
+    for (unsigned t = 0; t < threads; t++) pthread_join(th[t], NULL);
+    t0 = now_s() - t0;
+    for (unsigned t = 0; t < threads; t++) free(a[t].dst);
+    return t0;
+}
+
+typedef struct row {
+    char name[64], value[48], limit[48], ratio[32], target[32], ok[8];
+} row;
+static row rows[64];
+static int nrows;
+
+static void add_row(const char *name, const char *value, const char *limit, double ratio, const char *target,
+                    int ok) {
+    row *r = &rows[nrows++];
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->value, sizeof r->value, "%s", value);
+    snprintf(r->limit, sizeof r->limit, "%s", limit);
+    if (ratio >= 0) snprintf(r->ratio, sizeof r->ratio, "%.3f", ratio);
+    else r->ratio[0] = '\0';
+    snprintf(r->target, sizeof r->target, "%s", target);
+    snprintf(r->ok, sizeof r->ok, "%s", ok < 0 ? "" : ok ? "yes" : "NO");
+}
+
+static void bench_copy(void) {
+    const size_t dataset_bytes = (size_t)256 << 20;
+    const size_t items[3] = {4096, 65536, 1 << 20};
+    const uint32_t batch = 64;
+    for (int k = 0; k < 3; k++) {
+        dataset d;
+        d.item = items[k];
+        d.nitems = dataset_bytes / d.item;
+        d.data = (unsigned char *)malloc(dataset_bytes);
+        for (size_t i = 0; i < dataset_bytes; i += 64) d.data[i] = (unsigned char)i;
+        memset(d.data, 7, dataset_bytes); /* resident, not lazily mapped */
+        for (unsigned workers = 1; workers <= 2; workers++) {
+            size_t total = (size_t)(quick ? 1 : 4) << 30; /* bytes copied per measurement */
+            size_t batches = total / (batch * d.item);
+            double best_l = 1e9, best_m = 1e9;
+            pf_config cfg;
+            char name[64], v[48], lim[48];
+            if (batches < 8) batches = 8;
+            memset(&cfg, 0, sizeof cfg);
+            cfg.load = copy_load;
+            cfg.user = &d;
+            cfg.num_samples = batches * batch;
+            cfg.batch_size = batch;
+            cfg.batch_bytes = (size_t)batch * d.item;
+            cfg.epochs = 1;
+            cfg.num_workers = workers;
+            cfg.backend = PF_BACKEND_HOST;
+            for (int rep = 0; rep < (quick ? 2 : 3); rep++) { /* best of: the machine is shared */
+                double m = memcpy_limit(&d, workers, batches, batch);
+                double t = consume(&cfg, touch_items, &d, NULL);
+                if (m < best_m) best_m = m;
+                if (t < best_l) best_l = t;
+            }
+            {
+                double bytes = (double)batches * batch * d.item, gbps = bytes / best_l / 1e9, mgbps = bytes / best_m / 1e9;
+                double ratio = gbps / mgbps;
+                printf("{\"bench\":\"copy\",\"item_bytes\":%zu,\"batch\":%u,\"workers\":%u,\"items_per_s\":%.0f,"
+                       "\"GBps\":%.3f,\"memcpy_GBps\":%.3f,\"ratio\":%.3f}\n",
+                       d.item, batch, workers, (double)batches * batch / best_l, gbps, mgbps, ratio);
+                snprintf(name, sizeof name, "copy %zu KiB items, %u worker%s", d.item / 1024, workers,
+                         workers > 1 ? "s" : "");
+                snprintf(v, sizeof v, "%.2f GB/s (%.0f items/s)", gbps, (double)batches * batch / best_l);
+                snprintf(lim, sizeof lim, "memcpy, %u thread%s: %.2f GB/s", workers, workers > 1 ? "s" : "", mgbps);
+                add_row(name, v, lim, ratio, d.item >= 65536 ? ">= 0.85" : "", d.item >= 65536 ? ratio >= 0.85 : -1);
+            }
+        }
+        free(d.data);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* 2. handoff: what a batch costs when loading costs nothing              */
+
+static int empty_load(void *user, pf_job *job) {
+    (void)user;
+    job->bytes = 0;
+    return 0;
+}
+
+static void bench_handoff(void) {
+    const uint64_t n = quick ? 300000 : 2000000;
+    for (int unordered = 0; unordered <= 1; unordered++)
+        for (unsigned workers = 1; workers <= 2; workers++) {
+            pf_config cfg;
+            double best = 1e9;
+            char name[64], v[48];
+            memset(&cfg, 0, sizeof cfg);
+            cfg.load = empty_load;
+            cfg.num_samples = n;
+            cfg.batch_size = 1;
+            cfg.batch_bytes = 8;
+            cfg.epochs = 1;
+            cfg.num_workers = workers;
+            cfg.host_slots = 64;
+            cfg.unordered = unordered;
+            cfg.backend = PF_BACKEND_HOST;
+            for (int rep = 0; rep < 3; rep++) {
+                double t = consume(&cfg, NULL, NULL, NULL);
+                if (t < best) best = t;
+            }
+            printf("{\"bench\":\"handoff\",\"order\":\"%s\",\"workers\":%u,\"batches\":%llu,\"batches_per_s\":%.0f,"
+                   "\"ns_per_batch\":%.1f}\n",
+                   unordered ? "unordered" : "in order", workers, (unsigned long long)n, n / best, best / n * 1e9);
+            snprintf(name, sizeof name, "handoff, %s, %u worker%s", unordered ? "unordered" : "in order", workers,
+                     workers > 1 ? "s" : "");
+            snprintf(v, sizeof v, "%.0f ns/batch (%.2fM/s)", best / n * 1e9, n / best / 1e6);
+            add_row(name, v, "", -1, workers == 1 ? "<= 1000 ns" : "", workers == 1 ? best / n * 1e9 <= 1000 : -1);
+        }
+}
+
+/* ---------------------------------------------------------------------- */
+/* 3 and 4. overlap and scaling: sleeps stand for I/O and for a GPU step   */
+
+typedef struct sleepy {
+    uint32_t items;
+    double item_us; /* asked-for sleep per item */
+} sleepy;
+
+static int sleepy_load(void *user, pf_job *job) {
+    const sleepy *s = (const sleepy *)user;
+    for (uint32_t i = 0; i < job->count; i++) sleep_us(s->item_us);
+    job->bytes = 64;
+    return 0;
+}
+
+/* The step sleeps, and adds up how long its sleeps really took. */
+typedef struct step_cfg {
+    double us, spent_s;
+} step_cfg;
+
+static unsigned sleepy_step(const pf_batch *b, void *arg) {
+    step_cfg *st = (step_cfg *)arg;
+    double t0 = now_s();
+    sleep_us(st->us);
+    st->spent_s += now_s() - t0;
+    return (unsigned)b->count;
+}
+
+/* What a sleep of `us` really takes here (timer slack, wakeup latency). */
+static double calibrate(double us) {
+    int n = quick ? 50 : 200;
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) sleep_us(us);
+    return (now_s() - t0) / n * 1e6;
+}
+
+static double naive_sleepy(const sleepy *s, double step_us, uint64_t batches) {
+    double t0 = now_s();
+    for (uint64_t b = 0; b < batches; b++) {
+        for (uint32_t i = 0; i < s->items; i++) sleep_us(s->item_us);
+        sleep_us(step_us);
+    }
+    return now_s() - t0;
+}
+
+static double run_sleepy(sleepy *s, step_cfg *step, unsigned workers, uint64_t batches, pf_stats *st) {
+    pf_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.load = sleepy_load;
+    cfg.user = s;
+    cfg.num_samples = batches * s->items;
+    cfg.batch_size = s->items;
+    cfg.batch_bytes = 64;
+    cfg.epochs = 1;
+    cfg.num_workers = workers;
+    cfg.backend = PF_BACKEND_HOST;
+    return consume(&cfg, sleepy_step, step, st);
+}
+
+/* Efficiency = ideal / measured, where the ideal max(step total, load
+   total / workers) comes from the run itself: the summed time the workers
+   really spent in load (pf_stats.load_s) and the consumer in its steps. A
+   sleep lasts longer than asked, by an amount that depends on how busy the
+   machine is, so times measured beforehand would not do. */
+static void bench_overlap(void) {
+    sleepy s = {8, 200};
+    const double item_eff = calibrate(s.item_us), load_eff = item_eff * s.items;
+    const char *mix[3] = {"load-bound", "balanced", "compute-bound"};
+    const double step_factor[3] = {0.5, 1.0, 2.0}; /* step vs load/workers */
+    printf("{\"bench\":\"calibration\",\"asked_us\":%.0f,\"measured_us\":%.1f}\n", s.item_us, item_eff);
+    for (unsigned workers = 2; workers <= 4; workers += 2)
+        for (int m = 0; m < 3; m++) {
+            uint64_t batches = (quick ? 50 : 150) * workers;
+            double want = load_eff / workers * step_factor[m], t, naive, ideal, eff, load_s;
+            step_cfg step = {want, 0};
+            pf_stats st;
+            char name[64], v[48], lim[48];
+            step.us = want - (calibrate(want) - want); /* aim for a step that lasts `want` */
+            if (step.us < 1) step.us = 1;
+            t = run_sleepy(&s, &step, workers, batches, &st);
+            load_s = st.load_s;
+            ideal = step.spent_s > load_s / workers ? step.spent_s : load_s / workers;
+            eff = ideal / t;
+            naive = naive_sleepy(&s, step.us, batches / 4) * 4; /* a quarter of the batches, scaled */
+            printf("{\"bench\":\"overlap\",\"mix\":\"%s\",\"workers\":%u,\"batches\":%llu,\"load_ms\":%.3f,"
+                   "\"step_ms\":%.3f,\"wall_s\":%.4f,\"ideal_s\":%.4f,\"efficiency\":%.3f,\"naive_s\":%.4f,"
+                   "\"speedup\":%.2f,\"verdict\":\"%s\"}\n",
+                   mix[m], workers, (unsigned long long)batches, load_s / batches * 1e3, step.spent_s / batches * 1e3,
+                   t, ideal, eff, naive, naive / t, st.verdict);
+            snprintf(name, sizeof name, "overlap %s, %u workers", mix[m], workers);
+            snprintf(v, sizeof v, "%.3f s (naive %.3f s, %.2fx)", t, naive, naive / t);
+            snprintf(lim, sizeof lim, "ideal %.3f s", ideal);
+            add_row(name, v, lim, eff, ">= 0.97", eff >= 0.97);
+        }
+}
+
+/* Throughput against one worker, and against this worker count's own ideal
+   (workers / measured load time): sleeps overshoot less on a busier
+   machine, so loads get shorter as workers are added and the first ratio
+   alone can pass 1x per worker. */
+static void bench_scaling(void) {
+    sleepy s = {8, 200};
+    step_cfg step = {20, 0};
+    double base = 0;
+    for (unsigned workers = 1; workers <= 16; workers *= 2) {
+        uint64_t batches = (quick ? 25 : 80) * workers;
+        pf_stats st;
+        double t = run_sleepy(&s, &step, workers, batches, &st), thr = batches / t;
+        double ideal = workers / (st.load_s / batches);
+        char name[64], v[64], lim[48];
+        if (workers == 1) base = thr;
+        printf("{\"bench\":\"scaling\",\"workers\":%u,\"batches\":%llu,\"batches_per_s\":%.1f,\"vs_1_worker\":%.2f,"
+               "\"ideal_batches_per_s\":%.1f,\"efficiency\":%.3f}\n",
+               workers, (unsigned long long)batches, thr, thr / base, ideal, thr / ideal);
+        snprintf(name, sizeof name, "scaling, %u worker%s", workers, workers > 1 ? "s" : "");
+        snprintf(v, sizeof v, "%.0f batches/s = %.2fx one worker", thr, thr / base);
+        snprintf(lim, sizeof lim, "ideal %.0f/s (W / load time)", ideal);
+        add_row(name, v, lim, thr / ideal, workers == 16 ? ">= 14x one" : "", workers == 16 ? thr / base >= 14 : -1);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* 5. memory: in a fresh child, peak RSS minus the dataset vs the slots    */
+
+static long vm_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, strlen(key))) v = atol(line + strlen(key));
+    fclose(f);
+    return v;
+}
+
+static unsigned touch_all(const pf_batch *b, void *arg) {
+    unsigned acc = 0;
+    (void)arg;
+    for (size_t i = 0; i < b->bytes; i += 4096) acc += ((const unsigned char *)b->data)[i];
+    return acc;
+}
+
+#define MEM_DATASET ((size_t)64 << 20)
+#define MEM_ITEM 65536
+/* Runs in a fresh process (bench --memory-child FD): loads two epochs of a
+   64 MiB dataset through 4 workers, touching every byte, and reports its
+   baseline and peak RSS and the slot bytes. */
+static int memory_child(int fd) {
+    const size_t dataset_bytes = MEM_DATASET, item = MEM_ITEM;
+    const uint32_t batch = 64, workers = 4;
+    {
+        {
+        dataset d;
+        pf_config cfg, full;
+        long base, peak;
+        base = vm_kib("VmRSS:");
+        d.item = item;
+        d.nitems = dataset_bytes / item;
+        d.data = (unsigned char *)malloc(dataset_bytes);
+        memset(d.data, 3, dataset_bytes);
+        memset(&cfg, 0, sizeof cfg);
+        cfg.load = copy_load;
+        cfg.user = &d;
+        cfg.num_samples = d.nitems * 4;
+        cfg.batch_size = batch;
+        cfg.batch_bytes = batch * item;
+        cfg.epochs = 2;
+        cfg.num_workers = workers;
+        cfg.backend = PF_BACKEND_HOST;
+        full = pf_config_defaults(&cfg);
+        consume(&cfg, touch_all, NULL, NULL);
+        peak = vm_kib("VmHWM:");
+        {
+            char buf[256];
+            int n = snprintf(buf, sizeof buf, "%ld %ld %llu\n", base, peak,
+                             (unsigned long long)full.host_slots * full.batch_bytes);
+            if (write(fd, buf, (size_t)n) != n) return 1;
+        }
+        return 0;
+        }
+    }
+}
+
+static void bench_memory(const char *self) {
+    int fds[2];
+    pid_t pid;
+    const size_t dataset_bytes = MEM_DATASET;
+    if (pipe(fds) != 0) return;
+    pid = fork();
+    if (pid == 0) {
+        char fd[16];
+        close(fds[0]);
+        snprintf(fd, sizeof fd, "%d", fds[1]);
+        execl(self, self, "--memory-child", fd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    {
+        char buf[256] = "";
+        long base = 0, peak = 0;
+        unsigned long long slots = 0;
+        ssize_t n = read(fds[0], buf, sizeof buf - 1);
+        close(fds[0]);
+        waitpid(pid, NULL, 0);
+        if (n > 0 && sscanf(buf, "%ld %ld %llu", &base, &peak, &slots) == 3) {
+            double over = (peak * 1024.0 - (double)dataset_bytes - (double)slots) / (1 << 20);
+            char v[48], lim[48];
+            printf("{\"bench\":\"memory\",\"dataset_MiB\":%zu,\"slots_MiB\":%.1f,\"peak_rss_MiB\":%.1f,"
+                   "\"process_baseline_MiB\":%.1f,\"overhead_MiB\":%.2f}\n",
+                   dataset_bytes >> 20, slots / 1048576.0, peak / 1024.0, base / 1024.0, over);
+            snprintf(v, sizeof v, "%.2f MiB beyond the slots", over);
+            snprintf(lim, sizeof lim, "slots %.0f MiB, peak %.0f MiB", slots / 1048576.0, peak / 1024.0);
+            add_row("memory: peak RSS - dataset - slots", v, lim, -1, "<= 8 MiB", over <= 8);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    char host[512] = "";
+    FILE *f;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (!strcmp(argv[i], "--memory-child") && i + 1 < argc) return memory_child(atoi(argv[i + 1]));
+        if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    }
+    f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) {
+                char *c = strchr(line, ':');
+                snprintf(host, sizeof host, "%s", c ? c + 2 : line);
+                host[strcspn(host, "\n")] = '\0';
+                break;
+            }
+        fclose(f);
+    }
+    printf("{\"bench\":\"machine\",\"cpu\":\"%s\",\"cores\":%ld,\"quick\":%d}\n", host, sysconf(_SC_NPROCESSORS_ONLN),
+           quick);
+    if (want("copy")) bench_copy();
+    if (want("handoff")) bench_handoff();
+    if (want("overlap")) bench_overlap();
+    if (want("scaling")) bench_scaling();
+    if (want("memory")) bench_memory(argv[0]);
+    printf("\nprefetch.h host backend on %s, %ld cores%s\n", host, sysconf(_SC_NPROCESSORS_ONLN),
+           quick ? " (QUICK: shorter runs, noisier)" : "");
+    printf("%-38s %-36s %-30s %-7s %-15s %s\n", "figure", "measured", "limit", "ratio", "target", "met");
+    for (int i = 0; i < nrows; i++)
+        printf("%-38s %-36s %-30s %-7s %-15s %s\n", rows[i].name, rows[i].value, rows[i].limit, rows[i].ratio,
+               rows[i].target, rows[i].ok);
+    return 0;
+}
