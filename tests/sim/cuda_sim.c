@@ -109,6 +109,8 @@ static struct {
     alloc *allocs;
     size_t bytes_live;
     int objects_live, streams_running;
+    pthread_t exited[256]; /* stream threads that finished, to join at reset */
+    int nexited;
     int violations;
     char last[768];
     int forbid_legacy;
@@ -246,7 +248,6 @@ static struct CUstream_st *new_stream(int device, int legacy, const char *name) 
         free(s);
         return NULL;
     }
-    pthread_detach(s->thread);
     g.streams_running++;
     return s;
 }
@@ -327,6 +328,8 @@ static void *stream_main(void *arg) {
     }
     g.by_id[s->id] = NULL;
     g.streams_running--;
+    if (g.nexited < 256) g.exited[g.nexited++] = s->thread;
+    else pthread_detach(s->thread);
     pthread_cond_destroy(&s->cv);
     free(s);
     pthread_cond_broadcast(&g.cv);
@@ -741,9 +744,10 @@ void cudaSimNameStream(cudaStream_t s, const char *name) {
     pthread_mutex_unlock(&g.mu);
 }
 
-void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_count) {
+/* Stop the legacy streams, wait for every stream thread and join it
+   (lock held). Used by reset and at exit, so no thread is left unjoined. */
+static void quiesce(void) {
     struct timespec dl;
-    pthread_mutex_lock(&g.mu);
     for (int d = 0; d < MAXDEV; d++) {
         if (!g.legacy[d]) continue;
         op *o = (op *)calloc(1, sizeof *o);
@@ -757,9 +761,28 @@ void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_cou
     dl.tv_sec += 30;
     while (g.streams_running > 0)
         if (pthread_cond_timedwait(&g.cv, &g.mu, &dl) != 0) {
-            fprintf(stderr, "cuda_sim: %d streams still running at reset\n", g.streams_running);
+            fprintf(stderr, "cuda_sim: %d streams still running\n", g.streams_running);
             abort();
         }
+    while (g.nexited) { /* joined, so a thread count right after a reset is exact */
+        pthread_t t = g.exited[--g.nexited];
+        pthread_mutex_unlock(&g.mu);
+        pthread_join(t, NULL);
+        pthread_mutex_lock(&g.mu);
+    }
+}
+
+static void quiesce_at_exit(void) {
+    pthread_mutex_lock(&g.mu);
+    quiesce();
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_count) {
+    static int registered;
+    pthread_mutex_lock(&g.mu);
+    if (!registered) registered = atexit(quiesce_at_exit) == 0;
+    quiesce();
     while (g.allocs) { /* leaked by the previous run; its test reported it */
         alloc *a = g.allocs;
         g.allocs = a->next;
