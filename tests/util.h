@@ -26,6 +26,7 @@ T_FN uint64_t t_word(uint64_t index) { return index * 2654435761ull + 7; }
 /* ---- load callback ---- */
 typedef struct tload {
     unsigned max_delay_us;          /* sleep 0..max per batch, from job->rng */
+    unsigned slow_every;            /* if set: 1 batch in this many sleeps max_delay_us, the rest none */
     long long fail_epoch, fail_batch; /* -1: none */
     int fail_silent;                /* fail without pf_job_fail             */
     long long big_epoch, big_batch; /* set bytes = capacity + 1             */
@@ -112,7 +113,8 @@ T_FN int t_load(void *user, pf_job *job) {
     t->loads++;
     pthread_mutex_unlock(&t->mu);
     if ((long long)job->epoch == t->gate_epoch && (long long)job->batch == t->gate_batch) t_gate_wait(t, job);
-    if (t->max_delay_us) t_sleep_us((unsigned)(job->rng % (t->max_delay_us + 1u)));
+    if (t->slow_every && job->rng % t->slow_every == 0) t_sleep_us(t->max_delay_us);
+    else if (t->max_delay_us && !t->slow_every) t_sleep_us((unsigned)(job->rng % (t->max_delay_us + 1u)));
     if ((long long)job->epoch == t->fail_epoch && (long long)job->batch == t->fail_batch) {
         if (t->fail_silent) return 7;
         return pf_job_fail(job, "synthetic failure reading shard %d", 42);
