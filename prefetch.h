@@ -171,7 +171,7 @@ extern "C" {
     X(PF_ERR_LOAD, -7, "the load callback failed")
 
 typedef enum pf_result {
-#define PF__RESULT_ENUM(name, value, text) name = value,
+#define PF__RESULT_ENUM(name, value, text) name = (value),
     PF_RESULT_LIST(PF__RESULT_ENUM)
 #undef PF__RESULT_ENUM
     PF__RESULT_FORCE_INT = 0x7fffffff

@@ -66,6 +66,13 @@ step "CUDA suite, clang ASan+UBSan"  $B/cuda_sim_asan -s 4
 step "core suite, clang TSan"        $B/core_sim_tsan -s 5
 step "CUDA suite, clang TSan"        $B/cuda_sim_tsan -s 5
 
+echo "reliability: the fuzz corpus, stress, soak, cancellation"
+step "fuzz corpus replay (ASan+UBSan)"      $B/fuzz_replay tests/corpus
+step "stress and soak, gcc"                 $B/stress_gcc
+step "stress and soak, gcc TSan"            $B/stress_tsan
+step "stress and soak, simulated CUDA"      $B/stress_sim
+step "stress and soak, simulated CUDA TSan" $B/stress_sim_tsan -q
+
 echo "builds as users make them"
 step "strict C11, gcc (no POSIX)"    $B/strict_gcc
 step "strict C11, clang"             $B/strict_clang
