@@ -85,6 +85,9 @@
      PREFETCH_USE_PTHREADS    use pthreads instead of C11 <threads.h> (automatic
                               under ThreadSanitizer, which cannot see C11
                               threads on glibc, and on Apple, which lacks them)
+     PREFETCH_NVTX            NVTX ranges around load, stage and wait, and named
+                              streams, so Nsight Systems shows the pipeline
+                              (the toolkit's header-only nvtx3; CUDA builds)
      PF_ASSERT(x)             your assert (default: assert from <assert.h>)
 
    THREADING MODEL
@@ -117,6 +120,21 @@
      sticky: every later pf_next returns them; in order mode they surface
      only after every earlier batch was delivered. The library prints
      nothing; it logs through cfg.log when set. pf_destroy is always safe.
+
+   DATA-PARALLEL TRAINING
+
+     pf_shard_from_env(&cfg) fills rank, world_size and cuda_device from
+     the launcher (torchrun, Open MPI, MPICH/PMI or SLURM variables); every
+     rank then gets a disjoint share and the same number of batches. One
+     loader per GPU in one process also works: each binds its threads to
+     its cuda_device.
+
+   WHERE THE TIME GOES
+
+     pf_stats_format(loader, buf, size) writes a line such as
+       epoch 3 · batch 120/390 · 5.1 GB/s · 812 batches/s · waited 2% · compute-bound
+     and cfg.progress, when set, is called every cfg.progress_every
+     batches on the thread that calls pf_next.
 
    LICENSE at the end of the file.
 */
@@ -249,6 +267,11 @@ typedef struct pf_config {
     void (*on_worker_start)(void *user, uint32_t worker); /* [none] per-thread
                                   setup, run on the worker before its first load */
     pf_allocator allocator;    /* [malloc/free]                                  */
+    void (*progress)(void *progress_user, pf_loader *loader); /* [none] called
+                                  every progress_every batches, from pf_next, on
+                                  its caller's thread: print pf_stats_format    */
+    void *progress_user;
+    uint32_t progress_every;   /* [100]                                         */
 } pf_config;
 
 typedef struct pf_batch {
@@ -330,6 +353,24 @@ PF_API void pf_get_stats(const pf_loader *l, pf_stats *out);
 /* pf_config_defaults: cfg with every zero field replaced by its default. */
 PF_API pf_config pf_config_defaults(const pf_config *cfg);
 
+/* pf_shard_from_env: fill cfg->rank, cfg->world_size and (from the local
+   rank) cfg->cuda_device from the launcher's environment, looked for in
+   this order: torchrun (RANK, WORLD_SIZE, LOCAL_RANK), Open MPI
+   (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK), MPICH/PMI (PMI_RANK,
+   PMI_SIZE, MPI_LOCALRANKID), SLURM (SLURM_PROCID, SLURM_NTASKS,
+   SLURM_LOCALID). The local rank picks the GPU; when CUDA_VISIBLE_DEVICES
+   lists k devices it is taken modulo k (a launcher that gives each process
+   one GPU makes it device 0). No launcher: cfg is left as it is, PF_OK.
+   A malformed or contradictory value (not a number, a rank not below the
+   size, a rank without a size) is PF_ERR_INVALID_ARG and pf_error(NULL)
+   names the variable. Thread safety: reads the environment (getenv). */
+PF_API pf_result pf_shard_from_env(pf_config *cfg);
+
+/* pf_stats_format: one line a person reads at a glance, e.g.
+   "epoch 3 · batch 120/390 · 5.1 GB/s · 812 batches/s · waited 2% · compute-bound".
+   Returns the length snprintf would (the line is cut to fit size). */
+PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size);
+
 /* For load callbacks. pf_job_fail records why the batch failed (printf
    format) and returns -1, so `return pf_job_fail(job, "...", ...);` works.
    pf_job_cancelled is true once pf_destroy has begun: a slow load may stop
@@ -372,6 +413,31 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 
 #ifdef PREFETCH_CUDA
 #include <cuda_runtime_api.h>
+#endif
+
+/* NVTX: ranges cost a call each, so they exist only when asked for. */
+#ifdef PREFETCH_NVTX
+#if defined(__GNUC__) || defined(__clang__) /* nvtx3 casts dlsym's pointer: -Wpedantic in its own code */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#endif
+#include <nvtx3/nvToolsExt.h>
+#ifdef PREFETCH_CUDA
+#include <nvtx3/nvToolsExtCudaRt.h>
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#define PF__RANGE_PUSH(...)                                  \
+    do {                                                     \
+        char pf__range_name[64];                             \
+        snprintf(pf__range_name, sizeof pf__range_name, __VA_ARGS__); \
+        nvtxRangePushA(pf__range_name);                      \
+    } while (0)
+#define PF__RANGE_POP() nvtxRangePop()
+#else
+#define PF__RANGE_PUSH(...) ((void)0)
+#define PF__RANGE_POP() ((void)0)
 #endif
 
 #if defined(__cplusplus)
@@ -770,6 +836,7 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg) {
     if (c.host_slots > PF__MAX_SLOTS && !(cfg && cfg->host_slots)) c.host_slots = PF__MAX_SLOTS;
     if (!c.device_slots) c.device_slots = PF__DEFAULT_DEVICE_SLOTS;
     if (!c.world_size) c.world_size = 1;
+    if (!c.progress_every) c.progress_every = 100;
     if (!c.allocator.alloc_fn && !c.allocator.free_fn) {
         c.allocator.alloc_fn = pf__malloc_default;
         c.allocator.free_fn = pf__free_default;
@@ -1190,7 +1257,9 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         pf__unlock_wake(l);
         pf__fill_job(l, s, w, &job);
         w->msg[0] = '\0';
+        PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->epoch, (unsigned long long)s->batch);
         rc = l->cfg.load(l->cfg.user, &job);
+        PF__RANGE_POP();
         now = pf__now_ns();
         if (rc != 0) {
             pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
@@ -1242,7 +1311,9 @@ static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadli
     }
     t0 = pf__now_ns();
     copy_bound = pf__copy_bound(l);
+    PF__RANGE_PUSH("pf_next waits (%s)", copy_bound ? "copy" : "input");
     *timed_out = pf__consumer_wait(l, deadline) != 0;
+    PF__RANGE_POP();
     pf__account_wait(l, t0, copy_bound);
     return PF_OK;
 }
@@ -1415,6 +1486,9 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
                  (unsigned)l->cfg.device_slots, (unsigned long long)l->stride)
     PF__CUDA_TRY(cudaStreamCreateWithFlags(&cu->copy, cudaStreamNonBlocking), pf__cuda_code(e),
                  "cudaStreamCreateWithFlags(copy stream, cudaStreamNonBlocking)")
+#ifdef PREFETCH_NVTX
+    nvtxNameCudaStreamA(cu->copy, "prefetch.h copy");
+#endif
     for (d = 0; d < l->cfg.device_slots; d++) {
         /* BlockingSync: a host thread waiting on one sleeps instead of spinning */
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->copied[d], cudaEventDisableTiming | cudaEventBlockingSync),
@@ -1566,7 +1640,9 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         s->indices = swap;
         s->state = PF__SLOT_COPYING;
         pf__unlock_wake(l);
+        PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->epoch, (unsigned long long)ds->batch);
         r = pf__stage_copy(l, s, d, ds->bytes, why, sizeof why);
+        PF__RANGE_POP();
         pf__lock(&l->mu);
         if (r != PF_OK) {
             pf__stage_error(l, r, why);
@@ -1706,6 +1782,71 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     return r;
 }
 #endif /* PREFETCH_CUDA */
+
+/* >>launcher -------------------------------------------------------------- */
+/* A decimal number and nothing else; -1 when absent, -2 when malformed. */
+static long long pf__env_number(const char *name, const char **text) {
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long n;
+    *text = v;
+    if (!v) return -1;
+    if (*v < '0' || *v > '9') return -2;
+    n = strtoull(v, &end, 10);
+    if (*end || n > PF__MAX_WORLD * 16ull) return -2;
+    return (long long)n;
+}
+
+PF_API pf_result pf_shard_from_env(pf_config *cfg) {
+    static const struct {
+        const char *launcher, *rank, *size, *local;
+    } env[] = {
+        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+        {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"MPICH/PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+        {"SLURM", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    };
+    char *why = pf__create_error;
+    size_t n = sizeof pf__create_error, i;
+#define PF__ENV_BAD(...) return (pf__format(why, n, __VA_ARGS__), PF_ERR_INVALID_ARG)
+    if (!cfg) PF__ENV_BAD("pf_shard_from_env: cfg is NULL");
+    for (i = 0; i < sizeof env / sizeof env[0]; i++) {
+        const char *tr, *ts, *tl;
+        long long rank = pf__env_number(env[i].rank, &tr), size = pf__env_number(env[i].size, &ts);
+        long long local = pf__env_number(env[i].local, &tl);
+        if (rank == -1 && size == -1) continue; /* not this launcher */
+        if (rank == -2) PF__ENV_BAD("%s=\"%s\" (%s) is not a rank: expected a number", env[i].rank, tr, env[i].launcher);
+        if (size == -2 || size == 0)
+            PF__ENV_BAD("%s=\"%s\" (%s) is not a world size: expected a number from 1 to %u", env[i].size, ts,
+                        env[i].launcher, PF__MAX_WORLD);
+        if (rank == -1) PF__ENV_BAD("%s is set (%s) but %s is not", env[i].size, env[i].launcher, env[i].rank);
+        if (size == -1) PF__ENV_BAD("%s is set (%s) but %s is not", env[i].rank, env[i].launcher, env[i].size);
+        if (size > (long long)PF__MAX_WORLD)
+            PF__ENV_BAD("%s=%lld (%s): at most %u ranks are supported", env[i].size, size, env[i].launcher,
+                        PF__MAX_WORLD);
+        if (rank >= size)
+            PF__ENV_BAD("%s=%lld is not below %s=%lld (%s)", env[i].rank, rank, env[i].size, size, env[i].launcher);
+        if (local == -2)
+            PF__ENV_BAD("%s=\"%s\" (%s) is not a local rank: expected a number", env[i].local, tl, env[i].launcher);
+        if (local >= size)
+            PF__ENV_BAD("%s=%lld is not below %s=%lld (%s)", env[i].local, local, env[i].size, size, env[i].launcher);
+        cfg->rank = (uint32_t)rank;
+        cfg->world_size = (uint32_t)size;
+        if (local >= 0) {
+            /* with CUDA_VISIBLE_DEVICES the process sees only its own list */
+            const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+            long long k = 0;
+            if (vis && *vis) {
+                k = 1;
+                for (; *vis; vis++) k += *vis == ',';
+            }
+            cfg->cuda_device = (int)(k ? local % k : local);
+        }
+        return PF_OK;
+    }
+    return PF_OK; /* no launcher: a single process */
+#undef PF__ENV_BAD
+}
 
 /* >>public ---------------------------------------------------------------- */
 /* Bookkeeping is one allocation: the loader, then its arrays. One place to
@@ -1959,6 +2100,7 @@ PF_API void pf_destroy(pf_loader *l) {
 PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
     struct timespec deadline;
     pf_result r;
+    bool progress;
     if (!l) return PF_ERR_INVALID_ARG;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->mu);
@@ -1975,10 +2117,12 @@ PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
 #endif
             r = pf__next_host(l, out, l->cfg.timeout_ms ? &deadline : NULL);
     }
+    progress = r == PF_OK && l->cfg.progress && l->st_batches % l->cfg.progress_every == 0;
     pf__unlock_wake(l);
 #ifdef PREFETCH_CUDA
     if (r == PF_OK && l->backend == PF_BACKEND_CUDA) r = pf__cuda_consume(l, out);
 #endif
+    if (progress && r == PF_OK) l->cfg.progress(l->cfg.progress_user, l); /* unlocked: it may call pf_get_stats */
     return r;
 }
 
@@ -2090,6 +2234,27 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
 #endif
     pf__unlock(&l->mu);
     pf__verdict(out);
+}
+
+PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
+    static const char *const bound[] = {"warming up", "input-bound", "copy-bound", "compute-bound"};
+    pf_stats s;
+    double el, rate;
+    char of[32] = "";
+    int n;
+    if (!buf || !size) return 0;
+    pf_get_stats(l, &s);
+    el = s.elapsed_s > 0 ? s.elapsed_s : 0;
+    rate = el > 0 ? (double)s.bytes / el : 0;
+    if (s.batches_in_epoch) pf__format(of, sizeof of, "/%llu", (unsigned long long)s.batches_in_epoch);
+    /* "\xc2\xb7" is a UTF-8 middle dot */
+    n = snprintf(buf, size,
+                 "epoch %llu \xc2\xb7 batch %llu%s \xc2\xb7 %.1f %s \xc2\xb7 %.0f batches/s \xc2\xb7 waited %.0f%% "
+                 "\xc2\xb7 %s",
+                 (unsigned long long)s.epoch, (unsigned long long)s.batch, of, rate >= 1e9 ? rate / 1e9 : rate / 1e6,
+                 rate >= 1e9 ? "GB/s" : "MB/s", el > 0 ? (double)s.batches / el : 0.0, el > 0 ? 100.0 * s.wait_s / el : 0.0,
+                 bound[s.bound]);
+    return n < 0 ? 0 : n;
 }
 
 PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) {
