@@ -836,6 +836,7 @@ static void test_config_defaults_are_visible(void) {
     CHECK_EQ(d.host_slots, 9);
     CHECK_EQ(d.device_slots, 3);
     CHECK_EQ(d.world_size, 1);
+    CHECK_EQ(d.progress_every, 100);
     CHECK(d.allocator.alloc_fn != NULL && d.allocator.free_fn != NULL);
     in.num_workers = 2;
     CHECK_EQ(pf_config_defaults(&in).host_slots, 5);
@@ -932,6 +933,60 @@ static void test_load_failure_is_logged(void) {
     t_load_free(&t);
 }
 
+
+typedef struct progress_log {
+    int calls;
+    uint64_t at[16];
+    char line[256];
+} progress_log;
+
+static void on_progress(void *user, pf_loader *l) {
+    progress_log *p = (progress_log *)user;
+    pf_stats s;
+    pf_get_stats(l, &s); /* allowed: no lock is held during the callback */
+    if (p->calls < 16) p->at[p->calls] = s.batches;
+    p->calls++;
+    pf_stats_format(l, p->line, sizeof p->line);
+}
+
+static void test_stats_line_and_progress_callback(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    progress_log p;
+    char line[256], tiny[12];
+    int n;
+    memset(&p, 0, sizeof p);
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 46, 2, 2); /* 23 batches per epoch, 46 in all */
+    cfg.progress = on_progress;
+    cfg.progress_user = &p;
+    cfg.progress_every = 10;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    pf_stats_format(c.l, line, sizeof line);
+    CHECK_CONTAINS(line, "epoch 0 \xc2\xb7 batch 0 \xc2\xb7"); /* nothing yet */
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 30), PF_OK); /* stop inside epoch 1, at its 7th batch */
+    CHECK_EQ(p.calls, 3);                 /* every 10 batches, across the epoch boundary */
+    CHECK(p.at[0] == 10 && p.at[1] == 20 && p.at[2] == 30);
+    CHECK_CONTAINS(p.line, "epoch 1 \xc2\xb7 batch 7/23 \xc2\xb7 ");
+    n = pf_stats_format(c.l, line, sizeof line);
+    CHECK_EQ((size_t)n, strlen(line));
+    CHECK_CONTAINS(line, "epoch 1 \xc2\xb7 batch 7/23 \xc2\xb7 ");
+    CHECK(strstr(line, " GB/s \xc2\xb7 ") || strstr(line, " MB/s \xc2\xb7 "));
+    CHECK_CONTAINS(line, " batches/s \xc2\xb7 waited ");
+    CHECK(strstr(line, "-bound") != NULL);
+    CHECK_EQ(pf_stats_format(c.l, tiny, sizeof tiny), (int)strlen(line)); /* cut to fit, length as snprintf */
+    CHECK_EQ(strlen(tiny), sizeof tiny - 1);
+    CHECK_EQ(pf_stats_format(c.l, NULL, 0), 0);
+    if (h_verbose) printf("    %s\n", line);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
 static const h_test tests[] = {
     {"perm_small_sizes", test_perm_small_sizes},
     {"perm_huge_spot_check", test_perm_huge_spot_check},
@@ -957,6 +1012,7 @@ static const h_test tests[] = {
     {"destroy_at_random_points", test_destroy_at_random_points},
     {"stats_count_and_verdict", test_stats_count_and_verdict},
     {"verdict_from_numbers", test_verdict_from_numbers},
+    {"stats_line_and_progress_callback", test_stats_line_and_progress_callback},
     {"config_defaults_are_visible", test_config_defaults_are_visible},
     {"allocation_failures_are_clean", test_allocation_failures_are_clean},
     {"worker_start_hook_once_per_worker", test_worker_start_hook_runs_once_per_worker},

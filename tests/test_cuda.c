@@ -546,6 +546,69 @@ static void test_many_seeds_no_race_no_wrong_batch(void) {
     t_sim_delay_us = 40;
 }
 
+/* ---- one loader per GPU in one process ---- */
+
+typedef struct gpu_run {
+    int device;
+    tcons c;
+    tload t;
+    int batches;
+    pf_result last;
+} gpu_run;
+
+static void *drive_gpu(void *arg) { /* a training thread per GPU */
+    gpu_run *g = (gpu_run *)arg;
+    pf_config cfg;
+    CHECK(cudaSetDevice(g->device) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&g->c.stream, cudaStreamNonBlocking) == cudaSuccess);
+    cfg = t_config(&g->t, 300, 5, 2);
+    cfg.cuda_device = g->device;
+    cfg.shuffle = true;
+    cfg.stream = g->c.stream;
+    CHECK_EQ(pf_create(&cfg, &g->c.l), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r = t_next(&g->c, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        g->last = r;
+        if (r != PF_OK) break;
+        g->batches++;
+        t_release(&g->c, &b);
+    }
+    pf_destroy(g->c.l);
+    CHECK(cudaStreamSynchronize(g->c.stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(g->c.stream) == cudaSuccess);
+    return NULL;
+}
+
+static void test_one_loader_per_gpu_in_one_process(void) {
+    gpu_run g[2];
+    pthread_t th[2];
+    char msg[768];
+    cudaSimReset(h_seed, 30, 2);
+    cudaSimForbidLegacyStream(1);
+    for (int d = 0; d < 2; d++) {
+        memset(&g[d], 0, sizeof g[d]);
+        g[d].device = d;
+        t_load_init(&g[d].t);
+        t_cons_init(&g[d].c);
+        g[d].t.max_delay_us = 100;
+        pthread_create(&th[d], NULL, drive_gpu, &g[d]);
+    }
+    for (int d = 0; d < 2; d++) pthread_join(th[d], NULL);
+    for (int d = 0; d < 2; d++) {
+        CHECK_EQ(g[d].last, PF_END_OF_DATA);
+        CHECK_EQ(g[d].batches, 120);
+        CHECK_EQ(g[d].c.checked, 120); /* every batch checked on its own GPU's stream */
+        CHECK_EQ(g[d].c.bad, 0);
+        t_load_free(&g[d].t);
+    }
+    /* any call on the wrong device, any race between the loaders: a violation */
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+}
+
 static const h_test tests[] = {
     {"rig_flags_consume_without_copy_wait", test_rig_flags_consume_without_copy_wait},
     {"rig_flags_copy_before_release", test_rig_flags_copy_before_release},
@@ -555,6 +618,7 @@ static const h_test tests[] = {
     {"no_device", test_no_device},
     {"device_out_of_range", test_device_out_of_range},
     {"second_device_and_caller_device_kept", test_second_device_and_caller_device_kept},
+    {"one_loader_per_gpu_in_one_process", test_one_loader_per_gpu_in_one_process},
     {"legacy_default_stream_when_stream_is_null", test_legacy_default_stream_when_stream_is_null},
     {"memory_exact_and_flags", test_memory_exact_and_flags},
     {"pf_next_never_waits_on_the_host", test_pf_next_never_waits_for_the_copy_on_the_host},
