@@ -40,8 +40,9 @@ HOST_TESTS := $(B)/core_gcc $(B)/core_clang $(B)/core_cxx $(B)/core_asan $(B)/co
 SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan
 COMPILE_TESTS := $(B)/strict_gcc $(B)/strict_clang $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan
-HOST_EXAMPLES := $(B)/demo
-CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/nvcc_impl $(B)/train_cuda $(B)/gpu_bench $(B)/demo_cuda
+HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch
+CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu \
+	$(B)/gpu_bench $(B)/demo_cuda
 
 ALL_TESTS := $(HOST_TESTS) $(SIM_TESTS) $(COMPILE_TESTS) $(RELIABILITY) $(HOST_EXAMPLES)
 ifeq ($(HAVE_CUDA),1)
@@ -138,10 +139,16 @@ $(B)/real_gcc: tests/test_real.c $(THDR)
 $(B)/real_cxx: tests/test_real.c $(THDR)
 	@rm -f $@
 	$(CXX) -std=c++17 $(TFLAGS) -DPREFETCH_CUDA $(CUDA_INC) -x c++ $< -o $@ $(CUDA_LIB) -lpthread
+$(B)/real_nvtx: tests/test_real.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) -DPREFETCH_CUDA -DPREFETCH_NVTX $(CUDA_INC) $< -o $@ $(CUDA_LIB) -lpthread -ldl
 $(B)/nvcc_impl: tests/compile/nvcc_impl.cu $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $< -o $@
 $(B)/train_cuda: examples/train_cuda.cu $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) $< -o $@
+$(B)/multi_gpu: examples/multi_gpu.cu $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $< -o $@
 $(B)/gpu_bench: bench/gpu_bench.cu $(HDR)
@@ -155,6 +162,12 @@ $(B)/demo_cuda: examples/demo.c $(HDR)
 $(B)/demo: examples/demo.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/record_files: examples/record_files.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/launch: tests/test_launch.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
 
 ifeq ($(HAVE_CUDA),1)
 DEMO := $(B)/demo_cuda
@@ -179,7 +192,10 @@ bench:
 	@$(B)/bench $(if $(QUICK),--quick)
 	@$(if $(HAVE_CUDA),echo; $(B)/gpu_bench $(if $(QUICK),--quick),echo "(no CUDA toolkit at $(CUDA_HOME): the GPU benchmark was not built)")
 
-examples: $(HOST_EXAMPLES) $(if $(HAVE_CUDA),$(B)/train_cuda $(B)/demo_cuda)
+examples:
+	@mkdir -p $(B)
+	$(MAKE) --no-print-directory $(B)/demo $(B)/record_files $(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu)
+	@echo "examples built in $(B)/: demo, record_files$(if $(HAVE_CUDA),$(comma) demo_cuda$(comma) train_cuda$(comma) multi_gpu)"
 
 # ---- fuzzing: new inputs land in build/fuzz-corpus, crashes in build/
 FUZZ_TIME ?= 120

@@ -128,6 +128,8 @@ static double naive_loop(const opts *o, const job_cfg *jc, bool gpu, void *strea
     return t0;
 }
 
+static char line[256]; /* pf_stats_format at the end of the prefetched loop */
+
 static double prefetched_loop(const opts *o, job_cfg *jc, void *stream, unsigned *sink, pf_stats *stats,
                               bool *gpu) {
     pf_config cfg;
@@ -173,6 +175,7 @@ static double prefetched_loop(const opts *o, job_cfg *jc, void *stream, unsigned
 #endif
     t0 = now_s() - t0;
     pf_get_stats(l, stats);
+    pf_stats_format(l, line, sizeof line);
     pf_destroy(l);
     (void)sink;
     (void)acc;
@@ -230,6 +233,7 @@ int main(int argc, char **argv) {
     printf("  prefetched / naive = %.2f   (speed-up %.2fx)\n", fast / naive, naive / fast);
     printf("  loader: waited %.1f%% of the loop in pf_next, workers loaded %.2f s in all; %s\n",
            st.elapsed_s > 0 ? 100 * st.wait_s / st.elapsed_s : 0.0, st.load_s, st.verdict);
+    printf("  at the end of the prefetched loop: %s\n", line);
 #ifdef __CUDACC__
     if (cuda_ok) {
         cudaFree(dev);

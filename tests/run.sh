@@ -80,15 +80,19 @@ step "C++17, g++"                    $B/strict_cxx
 step "PREFETCH_STATIC"               $B/static_impl
 step "two translation units"         $B/two_tu
 
-echo "examples"
+echo "real-world reach: launchers, growing record files, examples"
+step "launcher sharding (real processes)" $B/launch
+step "examples/record_files --check"  $B/record_files --check --quick
 step "demo --quick"                  $B/demo --quick
 
 if [ "$HAVE_CUDA" = "1" ]; then
     echo "the real CUDA toolkit ($CUDA_HOME)"
     step "gcc -DPREFETCH_CUDA -lcudart" $B/real_gcc
     step "g++ -DPREFETCH_CUDA -lcudart" $B/real_cxx
+    step "gcc -DPREFETCH_NVTX -lcudart" $B/real_nvtx
     step "nvcc .cu with the implementation" $B/nvcc_impl
     step "nvcc examples/train_cuda.cu"  $B/train_cuda --quick
+    step "nvcc examples/multi_gpu.cu"   $B/multi_gpu
     step "nvcc bench/gpu_bench.cu"      $B/gpu_bench --quick
     step "nvcc demo --quick"            $B/demo_cuda --quick
 else
