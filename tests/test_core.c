@@ -64,16 +64,14 @@ static void test_huge_dataset_loader_uses_little_memory(void) {
     talloc a;
     trun r;
     pf_config cfg;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t_alloc_init(&a, 0);
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 1000000000000ull, 8, 1);
     cfg.shuffle = true;
     cfg.allocator.alloc_fn = t_alloc;
     cfg.allocator.free_fn = t_free;
     cfg.allocator.user_data = &a;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 50), PF_OK);
     CHECK_EQ(r.n, 50);
     for (size_t i = 0; i < r.n; i++)
@@ -93,13 +91,11 @@ static void test_sequential_order_and_epoch_ends(void) {
     trun r;
     pf_config cfg;
     size_t k = 0;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t.max_delay_us = 300; /* completion order differs from batch order */
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 103, 10, 3);
     cfg.num_workers = 4;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 33);
     CHECK_EQ(r.eoe, 3);
@@ -116,9 +112,7 @@ static void test_sequential_order_and_epoch_ends(void) {
         pf_batch b;
         CHECK_EQ(t_next(&c, &b), PF_END_OF_DATA);
     }
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void check_epoch_is_permutation(const trun *r, uint64_t epoch, uint64_t n, bool *identity) {
@@ -146,13 +140,11 @@ static void test_shuffle_each_sample_once_per_epoch(void) {
     trun r;
     pf_config cfg;
     bool id0, id1, id2;
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cfg = t_config(&t, 1000, 64, 3);
     cfg.shuffle = true;
     cfg.seed = 7;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 3 * 16);
     check_epoch_is_permutation(&r, 0, 1000, &id0);
@@ -160,9 +152,7 @@ static void test_shuffle_each_sample_once_per_epoch(void) {
     check_epoch_is_permutation(&r, 2, 1000, &id2);
     CHECK(!id0 && !id1 && !id2);
     CHECK(r.v[0].idx[0] != r.v[16].idx[0] || r.v[0].idx[1] != r.v[16].idx[1]); /* a new order each epoch */
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void run_recorded(uint32_t workers, bool unordered, trun *r) {
@@ -243,19 +233,15 @@ static void test_drop_last(void) {
     tcons c;
     trun r;
     pf_config cfg;
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cfg = t_config(&t, 103, 10, 2);
     cfg.drop_last = true;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 20);
     CHECK_EQ(r.eoe, 2);
     for (size_t k = 0; k < r.n; k++) CHECK_EQ(r.v[k].count, 10);
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 /* ---- sharding ---- */
@@ -334,14 +320,12 @@ static void test_shard_padding_wraps_like_distributed_sampler(void) {
         trun r;
         pf_config cfg;
         uint64_t j = 0;
-        t_load_init(&t);
-        t_begin(&c, h_seed);
-        cfg = t_config(&t, n, bs, 1);
+        t_open(&t, &c, &r);
+            cfg = t_config(&t, n, bs, 1);
         cfg.rank = rank;
         cfg.world_size = w;
         CHECK_EQ(t_create(&c, &cfg), PF_OK);
-        t_run_init(&r);
-        CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+            CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
         CHECK_EQ(r.n, 2); /* ceil(10/4) = 3 samples per rank: batches of 2 and 1 */
         for (size_t k = 0; k < r.n; k++)
             for (uint32_t i = 0; i < r.v[k].count; i++, j++) CHECK_EQ(r.v[k].idx[i], (j * w + rank) % n);
@@ -361,17 +345,15 @@ static void test_growing_dataset_asks_once_per_epoch(void) {
     pf_config cfg;
     const uint64_t sizes[5] = {10, 25, 0, 7, 40};
     uint64_t expect_batches = 0;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     for (int e = 0; e < 5; e++) {
         t.sizes[e] = sizes[e];
         expect_batches += (sizes[e] + 3) / 4;
     }
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 0, 4, 5);
     cfg.num_samples_fn = t_num_samples;
     cfg.shuffle = true;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
     CHECK_EQ(r.n, expect_batches);
     CHECK_EQ(r.eoe, 5);
@@ -382,9 +364,7 @@ static void test_growing_dataset_asks_once_per_epoch(void) {
         if (sizes[e]) check_epoch_is_permutation(&r, (uint64_t)e, sizes[e], &id);
     }
     CHECK_EQ(t.size_calls[5], 0); /* never asked past the last epoch */
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void test_until_destroyed_when_epochs_is_zero(void) {
@@ -392,17 +372,13 @@ static void test_until_destroyed_when_epochs_is_zero(void) {
     tcons c;
     trun r;
     pf_config cfg;
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cfg = t_config(&t, 20, 5, 0);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 42), PF_OK); /* 10 epochs and a bit, no end */
     CHECK_EQ(r.eoe, 10);
     CHECK_EQ(r.v[41].epoch, 10);
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 /* ---- errors ---- */
@@ -499,17 +475,15 @@ static void check_load_failure(bool silent, bool unordered) {
     trun r;
     pf_config cfg;
     pf_batch b;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t.fail_epoch = 1;
     t.fail_batch = 5;
     t.fail_silent = silent;
     t.max_delay_us = 500; /* later batches finish before the failing one */
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 80, 8, 3);
     cfg.num_workers = 4;
     cfg.unordered = unordered;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 100000), PF_ERR_LOAD);
     if (!unordered) {
         CHECK_EQ(r.n, 15); /* epoch 0 (10 batches) and batches 0..4 of epoch 1 */
@@ -524,9 +498,7 @@ static void check_load_failure(bool silent, bool unordered) {
     CHECK_CONTAINS(r.msg, silent ? "returned non-zero" : "synthetic failure reading shard 42");
     CHECK_EQ(t_next(&c, &b), PF_ERR_LOAD); /* sticky */
     CHECK_CONTAINS(pf_error(c.l), "epoch 1 batch 5");
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void test_load_failure_after_earlier_batches_sticky(void) {
@@ -542,15 +514,13 @@ static void test_load_failure_stops_loading(void) {
     tcons c;
     trun r;
     pf_config cfg;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t.fail_epoch = 0;
     t.fail_batch = 0;
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 100, 5, 1);
     cfg.num_workers = 1;
     cfg.host_slots = 4;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
     t_end(&c); /* joins the worker */
     CHECK_EQ(t.loads, 1);
@@ -564,22 +534,18 @@ static void test_oversize_bytes_is_a_load_error(void) {
     trun r;
     pf_config cfg;
     char expect[128];
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t.big_epoch = 0;
     t.big_batch = 2;
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 50, 5, 1);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
     CHECK_EQ(r.n, 2);
     snprintf(expect, sizeof expect, "job->bytes = %zu, more than the slot capacity of %zu", t_batch_bytes(5) + 1,
              t_batch_bytes(5));
     CHECK_CONTAINS(r.msg, expect);
     CHECK_CONTAINS(r.msg, "epoch 0 batch 2");
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void test_timeout_names_late_batch_and_worker(void) {
@@ -588,10 +554,9 @@ static void test_timeout_names_late_batch_and_worker(void) {
     trun r;
     pf_config cfg;
     pf_batch b;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t.gate_epoch = 0;
     t.gate_batch = 1;
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 30, 5, 1);
     cfg.num_workers = 1;
     cfg.timeout_ms = 50;
@@ -605,15 +570,12 @@ static void test_timeout_names_late_batch_and_worker(void) {
     CHECK_CONTAINS(pf_error(c.l), "epoch 0 batch 1 is late: worker 0 has been inside load");
     CHECK_EQ(pf_next(c.l, &b), PF_TIMEOUT); /* still waiting, still fine */
     t_gate_open(&t);
-    t_run_init(&r);
     /* the loader works on: the late batch and the rest arrive */
     c.l->cfg.timeout_ms = T_WAIT_MS;
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 5);
     CHECK_EQ(r.v[0].batch, 1);
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void test_timeout_when_no_worker_started(void) {
@@ -649,8 +611,7 @@ static void test_holding_every_slot_is_invalid_state(void) {
     pf_config cfg;
     pf_batch held[8];
     uint32_t slots;
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cfg = t_config(&t, 100, 4, 1);
     cfg.host_slots = 3;
     cfg.device_slots = 2;
@@ -666,12 +627,9 @@ static void test_holding_every_slot_is_invalid_state(void) {
     CHECK_EQ(t_next(&c, &held[0]), PF_OK);
     CHECK_EQ(held[0].batch, slots);
     for (uint32_t i = 0; i < slots; i++) t_release(&c, &held[i]);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 25 - slots - 1);
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void test_double_and_foreign_release_are_errors(void) {
@@ -775,11 +733,9 @@ static void test_stats_count_and_verdict(void) {
     trun r;
     pf_config cfg;
     pf_stats s;
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cfg = t_config(&t, 100, 8, 2);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     pf_get_stats(c.l, &s);
     CHECK_EQ(s.batches, 26);
@@ -802,9 +758,7 @@ static void test_stats_count_and_verdict(void) {
     CHECK_EQ(s.backend, PF_BACKEND_HOST);
     CHECK_EQ(s.copies, 0);
 #endif
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static void test_verdict_from_numbers(void) {
@@ -882,13 +836,11 @@ static void test_worker_start_hook_runs_once_per_worker(void) {
     tcons c;
     trun r;
     pf_config cfg;
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cfg = t_config(&t, 40, 4, 1);
     cfg.num_workers = 5;
     cfg.on_worker_start = t_worker_start;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     t_end(&c);
     for (int w = 0; w < 5; w++) CHECK_EQ(t.worker_starts[w], 1);
@@ -913,16 +865,14 @@ static void test_load_failure_is_logged(void) {
     tcons c;
     trun r;
     pf_config cfg;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t.fail_epoch = 0;
     t.fail_batch = 0;
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 40, 4, 1);
     cfg.num_workers = 1;
     cfg.log = t_log;
     log_count = log_failure_seen = 0;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
     t_end(&c);
     pthread_mutex_lock(&log_mu);
@@ -958,8 +908,7 @@ static void test_stats_line_and_progress_callback(void) {
     char line[256], tiny[12];
     int n;
     memset(&p, 0, sizeof p);
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cfg = t_config(&t, 46, 2, 2); /* 23 batches per epoch, 46 in all */
     cfg.progress = on_progress;
     cfg.progress_user = &p;
@@ -967,7 +916,6 @@ static void test_stats_line_and_progress_callback(void) {
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     pf_stats_format(c.l, line, sizeof line);
     CHECK_CONTAINS(line, "epoch 0 \xc2\xb7 batch 0 \xc2\xb7"); /* nothing yet */
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 30), PF_OK); /* stop inside epoch 1, at its 7th batch */
     CHECK_EQ(p.calls, 3);                 /* every 10 batches, across the epoch boundary */
     CHECK(p.at[0] == 10 && p.at[1] == 20 && p.at[2] == 30);
@@ -982,9 +930,7 @@ static void test_stats_line_and_progress_callback(void) {
     CHECK_EQ(strlen(tiny), sizeof tiny - 1);
     CHECK_EQ(pf_stats_format(c.l, NULL, 0), 0);
     if (h_verbose) printf("    %s\n", line);
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 static const h_test tests[] = {

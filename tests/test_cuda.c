@@ -310,13 +310,11 @@ static void test_legacy_default_stream_when_stream_is_null(void) {
     tcons c;
     trun r;
     pf_config cfg;
-    t_load_init(&t);
-    t_begin(&c, h_seed);
+    t_open(&t, &c, &r);
     cudaSimForbidLegacyStream(0);
     cfg = t_config(&t, 40, 4, 1);
     cfg.stream = NULL;
     CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
-    t_run_init(&r);
     /* our kernels stay on c.stream; only the library's waits and records use
        the legacy stream, and the race detector still sees them ordered */
     {
@@ -330,9 +328,7 @@ static void test_legacy_default_stream_when_stream_is_null(void) {
         CHECK_EQ(n, 10);
     }
     CHECK(cudaStreamSynchronize(NULL) == cudaSuccess);
-    t_end(&c);
-    t_run_free(&r);
-    t_load_free(&t);
+    t_close(&t, &c, &r);
 }
 
 /* ---- memory, flags, calls ---- */
@@ -377,12 +373,10 @@ static void test_pf_next_never_waits_for_the_copy_on_the_host(void) {
     trun r;
     pf_config cfg;
     pf_batch b;
-    t_load_init(&t);
+    t_open(&t, &c, &r);
     t_sim_delay_us = 500; /* copies are slow: a host wait would show */
-    t_begin(&c, h_seed);
     cfg = t_config(&t, 60, 6, 1);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    t_run_init(&r);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 10);
     CHECK_EQ(host_syncs(), 0); /* not one host wait in a whole epoch */

@@ -425,6 +425,19 @@ T_FN pf_result t_drain(tcons *c, trun *r, size_t max) {
     }
 }
 
+/* The usual test's setup and teardown: a load callback, a consumer (a fresh
+   simulated runtime under TEST_SIM), a recorder. */
+T_FN void t_open(tload *t, tcons *c, trun *r) {
+    t_load_init(t);
+    t_begin(c, h_seed);
+    t_run_init(r);
+}
+T_FN void t_close(tload *t, tcons *c, trun *r) {
+    t_end(c);
+    t_run_free(r);
+    t_load_free(t);
+}
+
 T_FN int t_cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
