@@ -727,11 +727,9 @@ typedef struct pf__dslot {
 
 typedef struct pf__cuda {
     int device;
-    cudaStream_t consumer, copy;
-    bool copy_created;
+    cudaStream_t consumer, copy; /* copy and the events below: NULL until created */
     unsigned char *pinned, *dev;
     cudaEvent_t *copied, *released;
-    uint32_t events_created;
     pf__dslot *dslots;
     uint32_t *dfree;            /* FIFO: the longest-released slot is reused first */
     uint32_t dfree_head, dfree_count;
@@ -797,7 +795,7 @@ struct pf_loader {
     /* stats */
     uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
     uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns;
-    uint64_t st_load_ns, st_worker_wait_ns, st_nexts, st_ready_sum;
+    uint64_t st_load_ns, st_worker_wait_ns, st_ready_sum;
 
 #ifdef PREFETCH_CUDA
     pf__cuda cu;
@@ -923,9 +921,13 @@ static void pf__unlock_wake(pf_loader *l) {
     if (w) pf__send_wakes(l, w);
 }
 
-static void pf__wait(pf_loader *l, pf__cond *cv) {
+static void pf__flush_wakes(pf_loader *l) {
     if (l->wake) pf__send_wakes(l, l->wake);
     l->wake = 0;
+}
+
+static void pf__wait(pf_loader *l, pf__cond *cv) {
+    pf__flush_wakes(l);
     pf__cond_wait(cv, &l->mu);
 }
 
@@ -1172,8 +1174,7 @@ static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     int r = 0;
     l->consumer_waiting = true;
     pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
-    if (l->wake) pf__send_wakes(l, l->wake);
-    l->wake = 0;
+    pf__flush_wakes(l);
     if (deadline)
         r = pf__cond_timedwait(&l->consumer_cv, &l->mu, deadline);
     else
@@ -1190,7 +1191,6 @@ static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint
     l->st_batches++;
     l->st_samples += count;
     l->st_bytes += bytes;
-    l->st_nexts++;
     l->st_ready_sum += l->nready;
     l->cons_epoch = epoch;
     l->cons_batch = batch + 1;
@@ -2215,7 +2215,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->wait_s = out->wait_input_s + out->wait_copy_s;
     out->load_s = pf__sec(l->st_load_ns);
     out->worker_wait_s = pf__sec(l->st_worker_wait_ns);
-    out->occupancy = l->st_nexts ? (double)l->st_ready_sum / ((double)l->st_nexts * l->nslots) : 0;
+    out->occupancy = l->st_batches ? (double)l->st_ready_sum / ((double)l->st_batches * l->nslots) : 0;
     for (i = 0; i < l->nslots; i++) {
         int st = l->slots[i].state;
         out->free_slots += st == PF__SLOT_FREE;
