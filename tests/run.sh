@@ -100,7 +100,7 @@ else
     echo "         set CUDA_HOME to run them. The simulated-runtime suites above did run."
 fi
 
-[ $skip -gt 0 ] && echo "($skip checks skipped; each is named above with its reason)"
+[ $skip -gt 0 ] && echo "($skip skipped; each is named above with its reason)"
 [ $fail -gt 0 ] && printf "failed:$failed_steps\n"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
