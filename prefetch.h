@@ -363,7 +363,8 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg);
    one GPU makes it device 0). No launcher: cfg is left as it is, PF_OK.
    A malformed or contradictory value (not a number, a rank not below the
    size, a rank without a size) is PF_ERR_INVALID_ARG and pf_error(NULL)
-   names the variable. Thread safety: reads the environment (getenv). */
+   names the variable. Thread safety: reads the environment with getenv;
+   call it at startup, not while another thread may call setenv. */
 PF_API pf_result pf_shard_from_env(pf_config *cfg);
 
 /* pf_stats_format: one line a person reads at a glance, e.g.
@@ -1786,7 +1787,9 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
 /* >>launcher -------------------------------------------------------------- */
 /* A decimal number and nothing else; -1 when absent, -2 when malformed. */
 static long long pf__env_number(const char *name, const char **text) {
-    const char *v = getenv(name);
+    /* reading the launcher's environment is the point: call it once at
+       startup, not against a concurrent setenv */
+    const char *v = getenv(name); /* NOLINT(concurrency-mt-unsafe) */
     char *end;
     unsigned long long n;
     *text = v;
@@ -1834,7 +1837,7 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg) {
         cfg->world_size = (uint32_t)size;
         if (local >= 0) {
             /* with CUDA_VISIBLE_DEVICES the process sees only its own list */
-            const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+            const char *vis = getenv("CUDA_VISIBLE_DEVICES"); /* NOLINT(concurrency-mt-unsafe): as above */
             long long k = 0;
             if (vis && *vis) {
                 k = 1;
