@@ -1321,10 +1321,6 @@ static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadli
 
 static pf_result pf__next_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     bool timed_out = false;
-    if (l->held == l->nslots)
-        return pf__fail(l, PF_ERR_INVALID_STATE,
-                        "pf_next: the caller holds all %u host slots; release a batch first "
-                        "(or raise cfg.host_slots)", (unsigned)l->nslots);
     for (;;) {
         pf__slot *s = NULL;
         pf_result w;
@@ -1347,6 +1343,11 @@ static pf_result pf__next_host(pf_loader *l, pf_batch *out, const struct timespe
             l->fatal = r;
             return pf__fail(l, (pf_result)r, "%s", l->take_msg);
         }
+        /* an epoch's end needs no slot; a batch does, and none can come */
+        if (l->held == l->nslots)
+            return pf__fail(l, PF_ERR_INVALID_STATE,
+                            "pf_next: the caller holds all %u host slots; release a batch first "
+                            "(or raise cfg.host_slots)", (unsigned)l->nslots);
         w = pf__wait_or_timeout(l, deadline, &timed_out);
         if (w != PF_OK) return w;
     }
@@ -1663,10 +1664,6 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
 static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     pf__cuda *cu = &l->cu;
     bool timed_out = false;
-    if (cu->held == l->cfg.device_slots)
-        return pf__fail(l, PF_ERR_INVALID_STATE,
-                        "pf_next: the caller holds all %u device slots; release a batch first "
-                        "(or raise cfg.device_slots)", (unsigned)l->cfg.device_slots);
     for (;;) {
         if (cu->fifo_count) {
             pf__item it = cu->fifo[cu->fifo_head];
@@ -1692,6 +1689,11 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespe
                            ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
             return PF_OK;
         }
+        /* nothing staged: with every device slot held, nothing can be */
+        if (cu->held == l->cfg.device_slots)
+            return pf__fail(l, PF_ERR_INVALID_STATE,
+                            "pf_next: the caller holds all %u device slots; release a batch first "
+                            "(or raise cfg.device_slots)", (unsigned)l->cfg.device_slots);
         {
             pf_result w = pf__wait_or_timeout(l, deadline, &timed_out);
             if (w != PF_OK) return w;

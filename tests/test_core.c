@@ -627,6 +627,23 @@ static void test_holding_every_slot_is_invalid_state(void) {
     CHECK_EQ(t_next(&c, &held[0]), PF_OK);
     CHECK_EQ(held[0].batch, slots);
     for (uint32_t i = 0; i < slots; i++) t_release(&c, &held[i]);
+    {
+        /* holding every slot at an epoch's end: the end needs no slot */
+        tcons c2;
+        pf_batch h2[8];
+        pf_config small = t_config(&t, 8, 4, 1); /* two batches, both held */
+        small.host_slots = 2;
+        small.device_slots = 2;
+        c2 = c;
+        CHECK_EQ(t_create(&c2, &small), PF_OK);
+        CHECK_EQ(t_next(&c2, &h2[0]), PF_OK);
+        CHECK_EQ(t_next(&c2, &h2[1]), PF_OK);
+        CHECK_EQ(pf_next(c2.l, &h2[2]), PF_END_OF_EPOCH);
+        CHECK_EQ(pf_next(c2.l, &h2[2]), PF_END_OF_DATA);
+        t_release(&c2, &h2[0]);
+        t_release(&c2, &h2[1]);
+        pf_destroy(c2.l);
+    }
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 25 - slots - 1);
     t_close(&t, &c, &r);
