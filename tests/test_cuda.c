@@ -373,8 +373,8 @@ static void test_pf_next_never_waits_for_the_copy_on_the_host(void) {
     trun r;
     pf_config cfg;
     pf_batch b;
+    t_sim_delay_us = 500; /* copies are slow: a host wait would show (set before t_open resets the sim) */
     t_open(&t, &c, &r);
-    t_sim_delay_us = 500; /* copies are slow: a host wait would show */
     cfg = t_config(&t, 60, 6, 1);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
