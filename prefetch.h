@@ -1703,6 +1703,14 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespe
 
 static uint64_t pf__device_ticket(pf_loader *l, uint32_t slot) { return l->cu.dslots[slot].ticket; }
 
+/* A consumer-side CUDA failure stops the pipeline: every later pf_next
+   returns it (lock held). */
+static pf_result pf__cuda_fatal(pf_loader *l, const char *msg) {
+    l->fatal = PF_ERR_CUDA;
+    pf__format(l->take_msg, sizeof l->take_msg, "%s", msg);
+    return pf__fail(l, PF_ERR_CUDA, "%s", msg);
+}
+
 /* The consumer stream waits for the copy on the GPU; the host goes on. */
 static pf_result pf__cuda_consume(pf_loader *l, const pf_batch *b) {
     int prev;
@@ -1713,9 +1721,7 @@ static pf_result pf__cuda_consume(pf_loader *l, const pf_batch *b) {
         char m[PF__MSG_SIZE];
         pf__cuda_msg(m, sizeof m, "pf_next: cudaStreamWaitEvent(consumer stream, copied)", e);
         pf__lock(&l->mu);
-        l->fatal = PF_ERR_CUDA;
-        pf__format(l->take_msg, sizeof l->take_msg, "%s", m);
-        pf__fail(l, PF_ERR_CUDA, "%s", m);
+        pf__cuda_fatal(l, m);
         pf__unlock_wake(l);
         pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
         return PF_ERR_CUDA;
@@ -1750,9 +1756,7 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
            it: keep d out of circulation, stop the pipeline */
         char m[PF__MSG_SIZE];
         pf__cuda_msg(m, sizeof m, "pf_release: cudaEventRecord(released, consumer stream)", e);
-        l->fatal = PF_ERR_CUDA;
-        pf__format(l->take_msg, sizeof l->take_msg, "%s", m);
-        r = pf__fail(l, PF_ERR_CUDA, "%s", m);
+        r = pf__cuda_fatal(l, m);
     } else {
         cu->dslots[d].released_once = true;
         cu->dslots[d].state = PF__SLOT_FREE;
