@@ -297,8 +297,12 @@ typedef struct pf_stats {
     uint64_t copies, copy_bytes; /* host-to-device copies issued (CUDA)          */
     double elapsed_s;          /* from the first pf_next to the latest one       */
     double wait_s;             /* consumer time blocked in pf_next               */
-    double wait_input_s;       /*   of which the next batch was still loading    */
-    double wait_copy_s;        /*   of which host slots were busy copying        */
+    double wait_input_s;       /*   of which the next batch was still loading
+                                  (and the GPU sat idle)                        */
+    double wait_copy_s;        /*   of which the last batch's copy had not landed */
+    double wait_gpu_s;         /*   of which the GPU was still busy with batches
+                                  already handed out: backpressure, the GPU is
+                                  the limit (CUDA)                              */
     double load_s;             /* worker time inside load, summed                */
     double worker_wait_s;      /* worker time blocked on a free slot, summed:
                                   the consumer (or the copy) is the bottleneck   */
@@ -722,24 +726,51 @@ typedef struct pf__dslot {
     uint64_t *indices;
     size_t bytes;
     uint32_t count;
+    uint32_t gen;  /* bumps at each copy into it                       */
+    bool landed;   /* the retirer saw this gen's copy complete          */
     int state; /* PF__SLOT_FREE, PF__SLOT_READY (queued), PF__SLOT_HELD */
-    bool released_once; /* released[] has been recorded at least once */
 } pf__dslot;
+
+/* A copy in flight: host slot h into device slot d (its gen-th copy). */
+typedef struct pf__flight {
+    uint32_t h, d, gen;
+} pf__flight;
+
+/* cuCtxGetCurrent / cuCtxSetCurrent, reached through the runtime's
+   cudaGetDriverEntryPointByVersion so nothing links libcuda: CUresult is
+   an int-sized enum and CUcontext a pointer. */
+typedef int (*pf__ctx_get_fn)(void **ctx);
+typedef int (*pf__ctx_set_fn)(void *ctx);
+
+/* What the calling thread had current before a library call. */
+typedef struct pf__ctx_saved {
+    int device; /* -1: unknown                     */
+    bool none;  /* no context was current at all   */
+} pf__ctx_saved;
 
 typedef struct pf__cuda {
     int device;
     cudaStream_t consumer, copy; /* copy and the events below: NULL until created */
     unsigned char *pinned, *dev;
-    cudaEvent_t *copied, *released;
+    cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
+    cudaEvent_t *hdone;             /* per host slot: the retirer sleeps on it */
+    cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
+    pf__ctx_get_fn ctx_get;
+    pf__ctx_set_fn ctx_set;
     pf__dslot *dslots;
     uint32_t *dfree;            /* FIFO: the longest-released slot is reused first */
     uint32_t dfree_head, dfree_count;
     pf__item *fifo;             /* staged batches and markers, in delivery order   */
     uint32_t fifo_cap, fifo_head, fifo_count;
+    pf__flight *flights;        /* copies in flight, in copy-stream order          */
+    uint32_t flight_head, flight_count;
     uint32_t held;
-    pf__thread stager;
-    bool stager_started, stager_done, stager_waiting;
-    pf__cond stager_cv;
+    int64_t last_taken, last_released; /* device slots, for the wait verdict; -1 none */
+    bool delivered_any;
+    pf__thread stager, retirer;
+    bool stager_started, retirer_started, stager_done, stager_cv_ok, retire_cv_ok;
+    uint32_t stager_waiting, retirer_waiting;
+    pf__cond stager_cv, retire_cv;
 } pf__cuda;
 #endif
 
@@ -788,14 +819,15 @@ struct pf_loader {
     int stopping; /* read by pf_job_cancelled without the lock */
     pf__worker *workers;
     uint32_t workers_started, workers_waiting;
-    bool consumer_waiting; /* a thread waits in pf_next */
+    uint32_t consumer_waiters; /* threads waiting in pf_next or pf_batch_wait: a count, so
+                                  one timing out never hides another still waiting */
     uint32_t nready;       /* host slots READY */
     uint32_t wake_batch;   /* free slots that wake waiting workers */
     unsigned wake;         /* PF__WAKE_*: signals owed once the lock drops */
 
     /* stats */
     uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
-    uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns;
+    uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns, st_wait_gpu_ns;
     uint64_t st_load_ns, st_worker_wait_ns, st_ready_sum;
 
 #ifdef PREFETCH_CUDA
@@ -904,7 +936,7 @@ static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
 /* Wakes are decided under the lock but sent after it drops (pf__unlock_wake),
    so a woken thread does not run straight into a held lock; a thread that
    waits sends what is owed first (pf__wait), so no wake is ever lost. */
-enum { PF__WAKE_WORKER = 1, PF__WAKE_WORKERS = 2, PF__WAKE_CONSUMER = 4, PF__WAKE_STAGER = 8 };
+enum { PF__WAKE_WORKER = 1, PF__WAKE_WORKERS = 2, PF__WAKE_CONSUMER = 4, PF__WAKE_STAGER = 8, PF__WAKE_RETIRER = 16 };
 
 static void pf__send_wakes(pf_loader *l, unsigned w) {
     if (w & PF__WAKE_WORKERS) pf__broadcast(&l->worker_cv);
@@ -912,6 +944,7 @@ static void pf__send_wakes(pf_loader *l, unsigned w) {
     if (w & PF__WAKE_CONSUMER) pf__broadcast(&l->consumer_cv);
 #ifdef PREFETCH_CUDA
     if (w & PF__WAKE_STAGER) pf__signal(&l->cu.stager_cv);
+    if (w & PF__WAKE_RETIRER) pf__signal(&l->cu.retire_cv);
 #endif
 }
 
@@ -934,9 +967,9 @@ static void pf__wait(pf_loader *l, pf__cond *cv) {
 
 static bool pf__taker_waiting(const pf_loader *l) {
 #ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) return l->cu.stager_waiting;
+    if (l->backend == PF_BACKEND_CUDA) return l->cu.stager_waiting > 0;
 #endif
-    return l->consumer_waiting;
+    return l->consumer_waiters > 0;
 }
 
 /* A loaded batch (or an end, or an error) may unblock the taker. */
@@ -947,7 +980,7 @@ static void pf__wake_takers(pf_loader *l) {
         return;
     }
 #endif
-    if (l->consumer_waiting) l->wake |= PF__WAKE_CONSUMER;
+    if (l->consumer_waiters) l->wake |= PF__WAKE_CONSUMER;
 }
 
 /* Waiting workers are woken in batches, a quarter of the ring at a time,
@@ -1143,44 +1176,37 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
                    (unsigned)l->nslots, (unsigned)ready, (unsigned)copying, (unsigned)l->held);
 }
 
-/* Consumer wait accounting: copy-bound when the host ring is mostly stuck
-   behind DMA, input-bound otherwise (lock held). */
-static void pf__account_wait(pf_loader *l, uint64_t t0, bool copy_bound) {
+/* Why the consumer waits, decided when a wait begins. On CUDA the host runs
+   ahead of the GPU, so a wait is often backpressure, not starvation: the
+   GPU is still busy with batches already handed out (the release event
+   recorded after them has not completed). Only the rest is the loader's
+   fault: the last batch's copy had not landed (copy-bound) or the GPU sat
+   idle while the next batch loaded (input-bound). */
+enum { PF__WAIT_INPUT, PF__WAIT_COPY, PF__WAIT_GPU };
+
+static void pf__account_wait(pf_loader *l, uint64_t t0, int kind) {
     uint64_t now = pf__now_ns(), dt = now - t0;
     l->st_last_ns = now;
-    if (copy_bound)
+    if (kind == PF__WAIT_COPY)
         l->st_wait_copy_ns += dt;
+    else if (kind == PF__WAIT_GPU)
+        l->st_wait_gpu_ns += dt;
     else
         l->st_wait_input_ns += dt;
-}
-
-static bool pf__copy_bound(pf_loader *l) {
-#ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) {
-        uint32_t copying = 0, loading = 0, i;
-        for (i = 0; i < l->nslots; i++) {
-            copying += l->slots[i].state == PF__SLOT_COPYING;
-            loading += l->slots[i].state == PF__SLOT_LOADING;
-        }
-        return copying > loading;
-    }
-#endif
-    (void)l;
-    return false;
 }
 
 /* Wait on the consumer condition with the optional deadline. 0 woken,
    1 timed out (lock held). */
 static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     int r = 0;
-    l->consumer_waiting = true;
+    l->consumer_waiters++;
     pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
     pf__flush_wakes(l);
     if (deadline)
         r = pf__cond_timedwait(&l->consumer_cv, &l->mu, deadline);
     else
         pf__cond_wait(&l->consumer_cv, &l->mu);
-    l->consumer_waiting = false;
+    l->consumer_waiters--;
     return r;
 }
 
@@ -1301,21 +1327,21 @@ static void pf__fill_batch(pf_loader *l, pf_batch *out, void *data, size_t bytes
 }
 
 /* A consumer wait that may time out: returns PF_TIMEOUT with the reason, or
-   PF_OK after being woken (lock held). */
-static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out) {
+   PF_OK after being woken (lock held). kind: PF__WAIT_*, for the stats. */
+static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out, int kind) {
+    static const char *const kinds[] = {"input", "copy", "GPU busy"};
     uint64_t t0;
-    bool copy_bound;
     if (*timed_out) {
         char why[PF__MSG_SIZE];
         pf__describe_late(l, why, sizeof why);
         return pf__fail(l, PF_TIMEOUT, "pf_next: timed out after %u ms: %s", (unsigned)l->cfg.timeout_ms, why);
     }
     t0 = pf__now_ns();
-    copy_bound = pf__copy_bound(l);
-    PF__RANGE_PUSH("pf_next waits (%s)", copy_bound ? "copy" : "input");
+    PF__RANGE_PUSH("pf_next waits (%s)", kinds[kind]);
+    (void)kinds;
     *timed_out = pf__consumer_wait(l, deadline) != 0;
     PF__RANGE_POP();
-    pf__account_wait(l, t0, copy_bound);
+    pf__account_wait(l, t0, kind);
     return PF_OK;
 }
 
@@ -1348,7 +1374,7 @@ static pf_result pf__next_host(pf_loader *l, pf_batch *out, const struct timespe
             return pf__fail(l, PF_ERR_INVALID_STATE,
                             "pf_next: the caller holds all %u host slots; release a batch first "
                             "(or raise cfg.host_slots)", (unsigned)l->nslots);
-        w = pf__wait_or_timeout(l, deadline, &timed_out);
+        w = pf__wait_or_timeout(l, deadline, &timed_out, PF__WAIT_INPUT);
         if (w != PF_OK) return w;
     }
 }
@@ -1381,7 +1407,9 @@ static pf_result pf__release_host(pf_loader *l, pf_batch *b) {
 
 /* >>backend cuda ---------------------------------------------------------- */
 #ifdef PREFETCH_CUDA
-/* Every answer of the runtime that means "there is no GPU to use here". */
+/* Every answer of the runtime that means "there is no GPU to use here",
+   including a device in exclusive-process mode that another process holds
+   (cudaErrorDevicesUnavailable, from cudaSetDevice). */
 static bool pf__cuda_no_device(cudaError_t e) {
     switch (e) {
     case cudaErrorNoDevice:
@@ -1410,16 +1438,44 @@ static void pf__cuda_msg(char *dst, size_t size, const char *call, cudaError_t e
     pf__format(dst, size, "%s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* The calling thread works on the loader's device for the span of a call and
-   gets its own current device back afterwards. */
-static cudaError_t pf__cuda_enter(pf_loader *l, int *prev) {
-    if (cudaGetDevice(prev) != cudaSuccess) *prev = -1;
-    return cudaSetDevice(l->cu.device);
-}
-static void pf__cuda_leave(pf_loader *l, int prev) {
-    if (prev >= 0 && prev != l->cu.device) (void)cudaSetDevice(prev);
+/* Contexts. The rule: the library creates a context only on cfg.cuda_device,
+   and every public call leaves the calling thread's current device (or its
+   lack of one) as it found it. cudaGetDevice cannot tell "device 0 chosen"
+   from "nothing chosen yet" (it answers 0 for both), and since CUDA 12
+   cudaSetDevice(0) would create device 0's primary context: the classic
+   "every rank shows up on GPU 0". So the library asks the driver, through
+   the runtime's entry-point lookup (no libcuda link), whether a context is
+   current at all, and if none was, leaves none current. */
+static void pf__cuda_ctx_init(pf__cuda *cu) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && fn)
+        cu->ctx_get = (pf__ctx_get_fn)(uintptr_t)fn;
+    fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && fn)
+        cu->ctx_set = (pf__ctx_set_fn)(uintptr_t)fn;
+    if (!cu->ctx_get || !cu->ctx_set) cu->ctx_get = NULL, cu->ctx_set = NULL;
+    (void)cudaGetLastError();
 }
 
+/* The calling thread works on the loader's device for the span of a call
+   and gets its own state back afterwards (pf__cuda_leave). */
+static cudaError_t pf__cuda_enter(pf_loader *l, pf__ctx_saved *sv) {
+    void *ctx = NULL;
+    sv->none = false;
+    sv->device = -1;
+    if (l->cu.ctx_get && l->cu.ctx_get(&ctx) == 0 && !ctx) sv->none = true;
+    else if (cudaGetDevice(&sv->device) != cudaSuccess) sv->device = -1;
+    return cudaSetDevice(l->cu.device);
+}
+static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
+    if (sv->none) (void)l->cu.ctx_set(NULL); /* as found: no context current */
+    else if (sv->device >= 0 && sv->device != l->cu.device) (void)cudaSetDevice(sv->device);
+}
+
+/* The library's own threads (workers, stager, retirer) live on its device. */
 static void pf__cuda_bind_thread(pf_loader *l) {
     cudaError_t e;
     if (l->backend != PF_BACKEND_CUDA) return;
@@ -1430,7 +1486,8 @@ static void pf__cuda_bind_thread(pf_loader *l) {
 }
 
 /* Is there a device to use? PF_OK, PF_ERR_NO_DEVICE (with the runtime's
-   message) or PF_ERR_INVALID_ARG (cuda_device out of range). */
+   message) or PF_ERR_INVALID_ARG (cuda_device out of range). Creates no
+   context: cudaGetDeviceCount does not. */
 static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -1452,21 +1509,33 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
     return PF_OK;
 }
 
-/* Pinned block, device block, copy stream, two events per device slot. */
+/* Pinned block, device block, copy stream, and the events. Flags: the
+   per-batch events (copied, released) are only waited on by streams and
+   queried, so DisableTiming alone, which the runtime says performs best for
+   cudaStreamWaitEvent and cudaEventQuery; BlockingSync only on the events a
+   host thread sleeps on (hdone for the retirer, drain for destroy), so a
+   waiting thread sleeps instead of spinning a core. */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
     size_t host_bytes = (size_t)l->nslots * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
+    const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync;
     char m[PF__MSG_SIZE];
     cudaError_t e;
     pf_result r = PF_OK;
+    pf__ctx_saved sv;
     uint32_t d;
-    int prev;
     cu->device = l->cfg.cuda_device;
     cu->consumer = (cudaStream_t)l->cfg.stream;
-    e = pf__cuda_enter(l, &prev);
+    cu->last_taken = cu->last_released = -1;
+    pf__cuda_ctx_init(cu);
+    e = pf__cuda_enter(l, &sv);
     if (e != cudaSuccess) {
-        pf__cuda_msg(m, sizeof m, "cudaSetDevice", e);
+        char what[64];
+        pf__format(what, sizeof what, "cudaSetDevice(%d)", cu->device);
+        pf__cuda_msg(m, sizeof m, what, e);
         pf__format(why, n, "pf_create: %s", m);
+        pf__cuda_leave(l, &sv);
+        (void)cudaGetLastError();
         return pf__cuda_code(e);
     }
 #define PF__CUDA_TRY(call, code, ...)                                                                     \
@@ -1492,52 +1561,55 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     nvtxNameCudaStreamA(cu->copy, "prefetch.h copy");
 #endif
     for (d = 0; d < l->cfg.device_slots; d++) {
-        /* BlockingSync: a host thread waiting on one sleeps instead of spinning */
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->copied[d], cudaEventDisableTiming | cudaEventBlockingSync),
-                     pf__cuda_code(e), "cudaEventCreateWithFlags(copied[%u])", (unsigned)d)
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->released[d], cudaEventDisableTiming | cudaEventBlockingSync),
-                     pf__cuda_code(e), "cudaEventCreateWithFlags(released[%u])", (unsigned)d)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->copied[d], per_batch), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(copied[%u])", (unsigned)d)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->released[d], per_batch), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(released[%u])", (unsigned)d)
     }
+    for (d = 0; d < l->nslots; d++)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], host_wait), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
+    PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
+                 "cudaEventCreateWithFlags(drain)")
 #undef PF__CUDA_TRY
     for (d = 0; d < l->nslots; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
 done:
     if (r != PF_OK) (void)cudaGetLastError(); /* leave no error behind for the caller's next call */
-    pf__cuda_leave(l, prev);
+    pf__cuda_leave(l, &sv);
     return r;
 }
 
-/* After the threads are joined: drain the copy stream (its host callbacks
-   touch the loader), wait until the GPU has passed every released slot, then
-   free. A batch still held is the caller's to finish with before destroy. */
+/* After the threads are joined. Nothing here may wait for ever: after a
+   device fault every sync answers the sticky error at once.
+   1. Drain the copy stream: its copies read the pinned block, and
+      cudaFreeHost documents no implicit synchronisation (cudaFree only
+      "may perform" one).
+   2. Record `drain` on the consumer stream and wait for it: the GPU has
+      then passed every release and every kernel the caller queued on a
+      batch it still holds, so the device block is free to go. This is why
+      destroy with batches held is fine on both backends.
+   3. Destroy the events and the stream, free both blocks. */
 static void pf__cuda_destroy(pf_loader *l) {
     pf__cuda *cu = &l->cu;
+    pf__ctx_saved sv;
     uint32_t d;
-    int prev;
-    if (pf__cuda_enter(l, &prev) != cudaSuccess) prev = -1;
+    cudaError_t e = pf__cuda_enter(l, &sv);
+    (void)e; /* even without the device, free what we can */
     if (cu->copy) (void)cudaStreamSynchronize(cu->copy);
-    for (d = 0; d < l->cfg.device_slots; d++) {
-        if (cu->released && cu->released[d] && cu->dslots[d].released_once)
-            (void)cudaEventSynchronize(cu->released[d]);
-    }
+    if (cu->drain && cu->delivered_any && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
+        (void)cudaEventSynchronize(cu->drain);
     for (d = 0; d < l->cfg.device_slots; d++) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
         if (cu->released && cu->released[d]) (void)cudaEventDestroy(cu->released[d]);
     }
+    for (d = 0; cu->hdone && d < l->nslots; d++)
+        if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
+    if (cu->drain) (void)cudaEventDestroy(cu->drain);
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
     if (cu->dev) (void)cudaFree(cu->dev);
     if (cu->pinned) (void)cudaFreeHost(cu->pinned);
     (void)cudaGetLastError();
-    pf__cuda_leave(l, prev);
-}
-
-/* Runs on the copy stream once the DMA out of host slot s has finished:
-   only now may a worker refill it. No CUDA calls allowed here. */
-static void CUDART_CB pf__copied_cb(void *arg) {
-    pf__slot *s = (pf__slot *)arg;
-    pf_loader *l = s->owner;
-    pf__lock(&l->mu);
-    pf__slot_free(l, s);
-    pf__unlock_wake(l);
+    pf__cuda_leave(l, &sv);
 }
 
 static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
@@ -1545,7 +1617,22 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
     pf__item *it = &cu->fifo[(cu->fifo_head + cu->fifo_count++) % cu->fifo_cap];
     it->kind = kind;
     it->slot = slot;
-    if (l->consumer_waiting) l->wake |= PF__WAKE_CONSUMER;
+    if (l->consumer_waiters) l->wake |= PF__WAKE_CONSUMER;
+}
+
+/* A CUDA failure is final for the pipeline: every later pf_next returns it
+   at once, before any batch still staged (after a device fault their copies
+   may never have happened). Every thread that might wait on it is woken
+   (lock held). */
+static pf_result pf__cuda_fatal(pf_loader *l, const char *msg) {
+    if (!l->fatal) {
+        l->fatal = PF_ERR_CUDA;
+        pf__format(l->take_msg, sizeof l->take_msg, "%s", msg);
+    }
+    l->claims_done = true;
+    l->cu.stager_done = true;
+    l->wake |= PF__WAKE_CONSUMER | PF__WAKE_STAGER | PF__WAKE_RETIRER | PF__WAKE_WORKERS;
+    return pf__fail(l, PF_ERR_CUDA, "%s", msg);
 }
 
 /* The stager's error ends the stream of batches; the consumer sees it after
@@ -1559,7 +1646,9 @@ static void pf__stage_error(pf_loader *l, int code, const char *msg) {
 }
 
 /* Copy host slot s into device slot d, ordered on the GPU after the
-   consumer's release of d, and free s once the DMA is done. No lock held. */
+   consumer's release of d, then record hdone[s] for the retirer. Nothing
+   but GPU work goes into the copy stream: no host function, so consecutive
+   copies run back to back. No lock held. */
 static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
     cudaError_t e;
@@ -1572,8 +1661,8 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
                    (unsigned long long)bytes, (unsigned)s->index, (unsigned)d);
     } else if ((e = cudaEventRecord(cu->copied[d], cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaEventRecord(copied[%u], copy stream)", (unsigned)d);
-    } else if ((e = cudaLaunchHostFunc(cu->copy, pf__copied_cb, s)) != cudaSuccess) {
-        pf__format(what, sizeof what, "stager: cudaLaunchHostFunc(copy stream)");
+    } else if ((e = cudaEventRecord(cu->hdone[s->index], cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaEventRecord(hdone[%u], copy stream)", (unsigned)s->index);
     } else {
         return PF_OK;
     }
@@ -1581,21 +1670,23 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
     return pf__cuda_code(e);
 }
 
-static void pf__stager_wait(pf_loader *l) {
-    l->cu.stager_waiting = true;
-    pf__wait(l, &l->cu.stager_cv);
-    l->cu.stager_waiting = false;
+static void pf__helper_wait(pf_loader *l, pf__cond *cv, uint32_t *waiting) {
+    (*waiting)++;
+    pf__wait(l, cv);
+    (*waiting)--;
 }
 
 static PF__THREAD_FN pf__stager_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
     pf__cuda *cu = &l->cu;
     cudaError_t e = cudaSetDevice(cu->device);
+    char logmsg[PF__MSG_SIZE] = "";
     pf__lock(&l->mu);
     if (e != cudaSuccess) {
-        char m[PF__MSG_SIZE];
-        pf__cuda_msg(m, sizeof m, "stager: cudaSetDevice", e);
-        pf__stage_error(l, PF_ERR_CUDA, m);
+        char m[PF__MSG_SIZE], what[64];
+        pf__format(what, sizeof what, "stager: cudaSetDevice(%d)", cu->device);
+        pf__cuda_msg(m, sizeof m, what, e);
+        pf__cuda_fatal(l, m);
     }
     while (!l->stopping && !cu->stager_done) {
         pf__slot *s = NULL;
@@ -1605,14 +1696,15 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         int r;
         char why[PF__MSG_SIZE];
         if (cu->fifo_count == cu->fifo_cap) {
-            pf__stager_wait(l);
+            pf__helper_wait(l, &cu->stager_cv, &cu->stager_waiting);
             continue;
         }
         r = pf__take(l, &s);
         if (r == PF__WAIT) {
-            cu->stager_waiting = true; /* counts as the taker starving */
+            cu->stager_waiting++; /* counts as the taker starving */
             pf__wake_workers(l, true);
-            pf__stager_wait(l);
+            cu->stager_waiting--;
+            pf__helper_wait(l, &cu->stager_cv, &cu->stager_waiting);
             continue;
         }
         if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) {
@@ -1622,11 +1714,13 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         }
         if (r != PF_OK) {
             pf__stage_error(l, r, l->take_msg);
+            if (r != PF_ERR_LOAD) pf__format(logmsg, sizeof logmsg, "%s", l->take_msg);
             continue;
         }
         s->state = PF__SLOT_STAGING;
-        while (cu->dfree_count == 0 && !l->stopping) pf__stager_wait(l);
-        if (l->stopping) break;
+        while (cu->dfree_count == 0 && !l->stopping && !cu->stager_done)
+            pf__helper_wait(l, &cu->stager_cv, &cu->stager_waiting);
+        if (l->stopping || cu->stager_done) break;
         d = cu->dfree[cu->dfree_head];
         cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
         cu->dfree_count--;
@@ -1637,6 +1731,8 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->nbatches = s->nbatches;
         ds->bytes = s->bytes;
         ds->count = s->count;
+        ds->gen++;
+        ds->landed = false;
         swap = ds->indices; /* the batch's indices travel with it, no copy */
         ds->indices = s->indices;
         s->indices = swap;
@@ -1647,8 +1743,16 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         PF__RANGE_POP();
         pf__lock(&l->mu);
         if (r != PF_OK) {
-            pf__stage_error(l, r, why);
+            pf__cuda_fatal(l, why);
+            pf__format(logmsg, sizeof logmsg, "%s", why);
             break;
+        }
+        {
+            pf__flight *f = &cu->flights[(cu->flight_head + cu->flight_count++) % l->nslots];
+            f->h = s->index;
+            f->d = d;
+            f->gen = ds->gen;
+            if (cu->retirer_waiting) l->wake |= PF__WAKE_RETIRER;
         }
         ds->state = PF__SLOT_READY;
         l->st_copies++;
@@ -1656,15 +1760,106 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         pf__push_item(l, PF__ITEM_BATCH, d);
     }
     pf__unlock_wake(l);
-    if (cu->stager_done && l->take_fatal && !PF__LOAD_FLAG(&l->stopping) && l->take_fatal != PF_ERR_LOAD)
-        pf__log(&l->cfg, PF_LOG_ERROR, "%s", l->take_msg);
+    if (logmsg[0] && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", logmsg);
     PF__THREAD_RETURN;
+}
+
+/* The retirer gives host slots back. Copies complete in the copy stream's
+   order, so it sleeps on the oldest copy's hdone event (BlockingSync: no
+   spinning), then frees that slot and marks its batch landed for
+   pf_batch_wait. This is also how a device fault surfaces when the ring is
+   full and the consumer waits: the sync answers the sticky error at once,
+   where a host function would simply never run. */
+static PF__THREAD_FN pf__retire_main(void *arg) {
+    pf_loader *l = (pf_loader *)arg;
+    pf__cuda *cu = &l->cu;
+    cudaError_t e = cudaSetDevice(cu->device);
+    char logmsg[PF__MSG_SIZE] = "";
+    pf__lock(&l->mu);
+    while (!l->stopping && !l->fatal) {
+        pf__flight f;
+        if (e != cudaSuccess) {
+            char what[64];
+            pf__format(what, sizeof what, "retirer: cudaSetDevice(%d)", cu->device);
+            pf__cuda_msg(logmsg, sizeof logmsg, what, e);
+            pf__cuda_fatal(l, logmsg);
+            break;
+        }
+        if (cu->flight_count == 0) {
+            pf__helper_wait(l, &cu->retire_cv, &cu->retirer_waiting);
+            continue;
+        }
+        f = cu->flights[cu->flight_head];
+        pf__unlock_wake(l);
+        e = cudaEventSynchronize(cu->hdone[f.h]);
+        pf__lock(&l->mu);
+        if (e != cudaSuccess) {
+            char what[96];
+            pf__format(what, sizeof what, "retirer: cudaEventSynchronize(copy of host slot %u to device slot %u)",
+                       (unsigned)f.h, (unsigned)f.d);
+            pf__cuda_msg(logmsg, sizeof logmsg, what, e);
+            pf__cuda_fatal(l, logmsg);
+            break;
+        }
+        cu->flight_head = (cu->flight_head + 1) % l->nslots;
+        cu->flight_count--;
+        if (cu->dslots[f.d].gen == f.gen && !cu->dslots[f.d].landed) {
+            cu->dslots[f.d].landed = true;
+            if (l->consumer_waiters) l->wake |= PF__WAKE_CONSUMER; /* pf_batch_wait */
+        }
+        pf__slot_free(l, &l->slots[f.h]);
+    }
+    pf__unlock_wake(l);
+    if (logmsg[0] && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", logmsg);
+    PF__THREAD_RETURN;
+}
+
+/* Decide why pf_next must wait (see PF__WAIT_*), asking the GPU with two
+   event queries. Drops the lock around them (no CUDA call under the lock)
+   and returns with it held. Also the input-bound path's way to notice a
+   device fault: a query answers the sticky error. */
+static int pf__cuda_wait_kind(pf_loader *l) {
+    pf__cuda *cu = &l->cu;
+    int64_t taken = cu->last_taken, released = cu->last_released;
+    int kind = PF__WAIT_INPUT;
+    const char *call = NULL;
+    cudaError_t e = cudaSuccess;
+    pf__ctx_saved sv;
+    if (taken < 0 && released < 0) return PF__WAIT_INPUT; /* nothing handed out yet */
+    pf__unlock_wake(l);
+    e = pf__cuda_enter(l, &sv);
+    if (e != cudaSuccess) {
+        call = "cudaSetDevice";
+    } else {
+        if (taken >= 0) {
+            e = cudaEventQuery(cu->copied[taken]);
+            call = "cudaEventQuery(copied)";
+            if (e == cudaErrorNotReady) kind = PF__WAIT_COPY, e = cudaSuccess;
+        }
+        if (e == cudaSuccess && kind == PF__WAIT_INPUT && released >= 0) {
+            e = cudaEventQuery(cu->released[released]);
+            call = "cudaEventQuery(released)";
+            if (e == cudaErrorNotReady) kind = PF__WAIT_GPU, e = cudaSuccess;
+        }
+    }
+    pf__cuda_leave(l, &sv);
+    pf__lock(&l->mu);
+    if (e != cudaSuccess) {
+        char m[PF__MSG_SIZE], what[96];
+        (void)cudaGetLastError();
+        pf__format(what, sizeof what, "pf_next: %s", call);
+        pf__cuda_msg(m, sizeof m, what, e);
+        pf__cuda_fatal(l, m);
+    }
+    return kind;
 }
 
 static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     pf__cuda *cu = &l->cu;
     bool timed_out = false;
+    int kind = -1;
     for (;;) {
+        if (l->fatal) return pf__fail(l, (pf_result)l->fatal, "%s", l->take_msg);
         if (cu->fifo_count) {
             pf__item it = cu->fifo[cu->fifo_head];
             pf__dslot *ds;
@@ -1684,6 +1879,8 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespe
             ds->state = PF__SLOT_HELD;
             ds->ticket = ++l->ticket;
             cu->held++;
+            cu->last_taken = it.slot;
+            cu->delivered_any = true;
             pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes);
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
                            ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
@@ -1694,8 +1891,12 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespe
             return pf__fail(l, PF_ERR_INVALID_STATE,
                             "pf_next: the caller holds all %u device slots; release a batch first "
                             "(or raise cfg.device_slots)", (unsigned)l->cfg.device_slots);
+        if (kind < 0) { /* once per call, and look again: the lock was dropped */
+            kind = pf__cuda_wait_kind(l);
+            continue;
+        }
         {
-            pf_result w = pf__wait_or_timeout(l, deadline, &timed_out);
+            pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, kind);
             if (w != PF_OK) return w;
         }
     }
@@ -1703,26 +1904,31 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespe
 
 static uint64_t pf__device_ticket(pf_loader *l, uint32_t slot) { return l->cu.dslots[slot].ticket; }
 
-/* A consumer-side CUDA failure stops the pipeline: every later pf_next
-   returns it (lock held). */
-static pf_result pf__cuda_fatal(pf_loader *l, const char *msg) {
-    l->fatal = PF_ERR_CUDA;
-    pf__format(l->take_msg, sizeof l->take_msg, "%s", msg);
-    return pf__fail(l, PF_ERR_CUDA, "%s", msg);
-}
-
-/* The consumer stream waits for the copy on the GPU; the host goes on. */
-static pf_result pf__cuda_consume(pf_loader *l, const pf_batch *b) {
-    int prev;
-    cudaError_t e = pf__cuda_enter(l, &prev);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(l->cu.consumer, l->cu.copied[b->pf__slot], 0);
-    pf__cuda_leave(l, prev);
+/* The consumer stream waits for the copy on the GPU; the host goes on. If
+   that fails the batch is not handed out: it is taken back, *out is zeroed
+   and the caller owns nothing (the error is sticky). */
+static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
+    const char *call = "cudaSetDevice";
+    pf__ctx_saved sv;
+    cudaError_t e = pf__cuda_enter(l, &sv);
+    if (e == cudaSuccess) {
+        call = "cudaStreamWaitEvent(consumer stream, copied)";
+        e = cudaStreamWaitEvent(l->cu.consumer, l->cu.copied[b->pf__slot], 0);
+    }
+    pf__cuda_leave(l, &sv);
     if (e != cudaSuccess) {
-        char m[PF__MSG_SIZE];
-        pf__cuda_msg(m, sizeof m, "pf_next: cudaStreamWaitEvent(consumer stream, copied)", e);
+        char m[PF__MSG_SIZE], what[96];
+        pf__dslot *ds = &l->cu.dslots[b->pf__slot];
+        (void)cudaGetLastError();
+        pf__format(what, sizeof what, "pf_next: %s", call);
+        pf__cuda_msg(m, sizeof m, what, e);
         pf__lock(&l->mu);
         pf__cuda_fatal(l, m);
+        ds->state = PF__SLOT_FREE; /* out of circulation: the pipeline is stopped */
+        ds->ticket = 0;
+        l->cu.held--;
         pf__unlock_wake(l);
+        memset(b, 0, sizeof *b);
         pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
         return PF_ERR_CUDA;
     }
@@ -1730,11 +1936,14 @@ static pf_result pf__cuda_consume(pf_loader *l, const pf_batch *b) {
 }
 
 /* Record released[d] on the consumer stream, then hand d to the stager,
-   whose next copy into d waits for that event on the GPU. */
+   whose next copy into d waits for that event on the GPU. The slot stays
+   held (counted) until the record succeeded, but its ticket is claimed
+   first, so a racing second release of the same batch fails. */
 static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
     pf__cuda *cu = &l->cu;
     uint32_t d;
-    int prev;
+    pf__ctx_saved sv;
+    const char *call = "cudaSetDevice";
     cudaError_t e;
     pf_result r;
     pf__lock(&l->mu);
@@ -1747,45 +1956,58 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
     cu->dslots[d].ticket = 0; /* claimed by this release: a racing second release fails */
     b->pf__ticket = 0;
     pf__unlock_wake(l);
-    e = pf__cuda_enter(l, &prev);
-    if (e == cudaSuccess) e = cudaEventRecord(cu->released[d], cu->consumer);
-    pf__cuda_leave(l, prev);
+    e = pf__cuda_enter(l, &sv);
+    if (e == cudaSuccess) {
+        call = "cudaEventRecord(released, consumer stream)";
+        e = cudaEventRecord(cu->released[d], cu->consumer);
+    }
+    pf__cuda_leave(l, &sv);
     pf__lock(&l->mu);
     if (e != cudaSuccess) {
         /* the GPU may still read d and nothing orders the next copy after
            it: keep d out of circulation, stop the pipeline */
-        char m[PF__MSG_SIZE];
-        pf__cuda_msg(m, sizeof m, "pf_release: cudaEventRecord(released, consumer stream)", e);
+        char m[PF__MSG_SIZE], what[96];
+        (void)cudaGetLastError();
+        pf__format(what, sizeof what, "pf_release: %s", call);
+        pf__cuda_msg(m, sizeof m, what, e);
+        cu->held--;
+        cu->dslots[d].state = PF__SLOT_FREE;
         r = pf__cuda_fatal(l, m);
     } else {
-        cu->dslots[d].released_once = true;
         cu->dslots[d].state = PF__SLOT_FREE;
         cu->dfree[(cu->dfree_head + cu->dfree_count++) % l->cfg.device_slots] = d;
         cu->held--;
+        cu->last_released = d;
         if (cu->stager_waiting) l->wake |= PF__WAKE_STAGER;
     }
     pf__unlock_wake(l);
     return r;
 }
 
+/* The batch's copy has landed once the retirer saw its hdone event: wait on
+   the consumer condition for that (bounded by timeout_ms like pf_next), so
+   no thread spins on an event. */
 static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
-    int prev;
-    cudaError_t e;
+    struct timespec deadline;
+    bool timed_out = false;
     pf_result r;
+    if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->mu);
     r = pf__check_batch(l, b, "pf_batch_wait", l->cfg.device_slots, pf__device_ticket);
-    pf__unlock_wake(l);
-    if (r != PF_OK) return r;
-    e = pf__cuda_enter(l, &prev);
-    if (e == cudaSuccess) e = cudaEventSynchronize(l->cu.copied[b->pf__slot]);
-    pf__cuda_leave(l, prev);
-    if (e != cudaSuccess) {
-        char m[PF__MSG_SIZE];
-        pf__cuda_msg(m, sizeof m, "pf_batch_wait: cudaEventSynchronize(copied)", e);
-        pf__lock(&l->mu);
-        r = pf__fail(l, PF_ERR_CUDA, "%s", m);
-        pf__unlock_wake(l);
+    while (r == PF_OK && !l->cu.dslots[b->pf__slot].landed) {
+        if (l->fatal) {
+            r = pf__fail(l, (pf_result)l->fatal, "pf_batch_wait: %s", l->take_msg);
+            break;
+        }
+        if (timed_out) {
+            r = pf__fail(l, PF_TIMEOUT, "pf_batch_wait: timed out after %u ms: the copy of epoch %llu batch %llu "
+                         "has not landed", (unsigned)l->cfg.timeout_ms, (unsigned long long)b->epoch,
+                         (unsigned long long)b->batch);
+            break;
+        }
+        timed_out = pf__consumer_wait(l, l->cfg.timeout_ms ? &deadline : NULL) != 0;
     }
+    pf__unlock_wake(l);
     return r;
 }
 #endif /* PREFETCH_CUDA */
@@ -1883,19 +2105,20 @@ static void pf__teardown(pf_loader *l) {
         if (l->worker_cv_ok) pf__broadcast(&l->worker_cv);
         if (l->consumer_cv_ok) pf__broadcast(&l->consumer_cv);
 #ifdef PREFETCH_CUDA
-        if (l->backend == PF_BACKEND_CUDA) pf__broadcast(&l->cu.stager_cv);
+        if (l->cu.stager_cv_ok) pf__broadcast(&l->cu.stager_cv);
+        if (l->cu.retire_cv_ok) pf__broadcast(&l->cu.retire_cv);
 #endif
         pf__unlock(&l->mu);
     }
 #ifdef PREFETCH_CUDA
     if (l->cu.stager_started) pf__thread_join(l->cu.stager);
+    if (l->cu.retirer_started) pf__thread_join(l->cu.retirer);
 #endif
     for (i = 0; i < l->workers_started; i++) pf__thread_join(l->workers[i].thread);
 #ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) {
-        pf__cuda_destroy(l);
-        pf__cond_destroy(&l->cu.stager_cv);
-    }
+    if (l->backend == PF_BACKEND_CUDA) pf__cuda_destroy(l);
+    if (l->cu.stager_cv_ok) pf__cond_destroy(&l->cu.stager_cv);
+    if (l->cu.retire_cv_ok) pf__cond_destroy(&l->cu.retire_cv);
 #endif
     if (l->consumer_cv_ok) pf__cond_destroy(&l->consumer_cv);
     if (l->worker_cv_ok) pf__cond_destroy(&l->worker_cv);
@@ -1914,7 +2137,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     pf_loader *l;
     pf_result r;
 #ifdef PREFETCH_CUDA
-    size_t o_dslots = 0, o_dfree = 0, o_items = 0, o_copied = 0, o_released = 0;
+    size_t o_dslots = 0, o_dfree = 0, o_items = 0, o_copied = 0, o_released = 0, o_hdone = 0, o_flights = 0;
     uint32_t fifo_cap = dslots + plan_cap + 2;
 #endif
     pf__reserve(&lay, 1, sizeof(pf_loader));
@@ -1933,6 +2156,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         o_items = pf__reserve(&lay, fifo_cap, sizeof(pf__item));
         o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
         o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
+        o_hdone = pf__reserve(&lay, nslots, sizeof(cudaEvent_t));
+        o_flights = pf__reserve(&lay, nslots, sizeof(pf__flight));
     }
 #endif
     if (lay.overflow) {
@@ -1981,6 +2206,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->fifo_cap = fifo_cap;
         cu->copied = (cudaEvent_t *)(base + o_copied);
         cu->released = (cudaEvent_t *)(base + o_released);
+        cu->hdone = (cudaEvent_t *)(base + o_hdone);
+        cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
             cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
             cu->dfree[i] = i;
@@ -2023,7 +2250,9 @@ static pf_result pf__start(pf_loader *l, char *why, size_t n) {
 #ifdef PREFETCH_CUDA
     if (l->backend == PF_BACKEND_CUDA) {
         if (pf__cond_init(&l->cu.stager_cv) != 0) goto thread_fail;
-        /* teardown destroys stager_cv with the CUDA backend: it exists now */
+        l->cu.stager_cv_ok = true;
+        if (pf__cond_init(&l->cu.retire_cv) != 0) goto thread_fail;
+        l->cu.retire_cv_ok = true;
     }
 #endif
     for (i = 0; i < l->cfg.num_workers; i++) {
@@ -2044,6 +2273,11 @@ static pf_result pf__start(pf_loader *l, char *why, size_t n) {
             return PF_ERR_THREAD;
         }
         l->cu.stager_started = true;
+        if (pf__thread_start(&l->cu.retirer, pf__retire_main, l) != 0) {
+            pf__format(why, n, "pf_create: could not start the retirer thread");
+            return PF_ERR_THREAD;
+        }
+        l->cu.retirer_started = true;
     }
 #endif
     return PF_OK;
@@ -2090,6 +2324,16 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         pf__log(&c, PF_LOG_INFO, "backend: compiled without PREFETCH_CUDA; using the host backend");
 #endif
     r = pf__build(&c, backend, &l, why, n);
+    if (r == PF_ERR_NO_DEVICE && backend == PF_BACKEND_CUDA && c.backend == PF_BACKEND_DEFAULT) {
+        /* counted but not usable: e.g. exclusive-process mode, held by
+           another process (cudaSetDevice says so, cudaGetDeviceCount not) */
+        pf__teardown(l);
+        l = NULL;
+        pf__log(&c, PF_LOG_INFO, "backend: %s; using the host backend", why);
+        why[0] = '\0';
+        backend = PF_BACKEND_HOST;
+        r = pf__build(&c, backend, &l, why, n);
+    }
     if (r == PF_OK) r = pf__start(l, why, n);
     if (r != PF_OK) {
         if (l) pf__teardown(l);
@@ -2111,6 +2355,7 @@ PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
     pf_result r;
     bool progress;
     if (!l) return PF_ERR_INVALID_ARG;
+    if (out) memset(out, 0, sizeof *out); /* on anything but PF_OK the caller owns nothing */
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->mu);
     if (!l->st_first_ns) l->st_first_ns = l->st_last_ns = pf__now_ns(); /* waits count from the first call */
@@ -2177,9 +2422,11 @@ PF_API const char *pf_result_string(pf_result r) {
     }
 }
 
-/* The verdict from the counters alone, so it can be tested on numbers. */
+/* The verdict from the counters alone, so it can be tested on numbers.
+   Waiting for a busy GPU is the GPU being the limit, not the loader: only
+   the input and copy waits count against the loader. */
 static void pf__verdict(pf_stats *s) {
-    double waited = s->elapsed_s > 0 ? s->wait_s / s->elapsed_s : 0;
+    double waited = s->elapsed_s > 0 ? (s->wait_input_s + s->wait_copy_s) / s->elapsed_s : 0;
     if (s->batches < 2 || s->elapsed_s <= 0) {
         s->bound = PF_BOUND_UNKNOWN;
         s->verdict = "unknown: too few batches delivered to tell";
@@ -2221,7 +2468,8 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->elapsed_s = pf__sec(l->st_last_ns - l->st_first_ns);
     out->wait_input_s = pf__sec(l->st_wait_input_ns);
     out->wait_copy_s = pf__sec(l->st_wait_copy_ns);
-    out->wait_s = out->wait_input_s + out->wait_copy_s;
+    out->wait_gpu_s = pf__sec(l->st_wait_gpu_ns);
+    out->wait_s = out->wait_input_s + out->wait_copy_s + out->wait_gpu_s;
     out->load_s = pf__sec(l->st_load_ns);
     out->worker_wait_s = pf__sec(l->st_worker_wait_ns);
     out->occupancy = l->st_batches ? (double)l->st_ready_sum / ((double)l->st_batches * l->nslots) : 0;

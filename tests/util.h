@@ -176,6 +176,9 @@ T_FN void *t_alloc(size_t size, void *user) {
     a->bytes += size;
     if (a->bytes > a->peak) a->peak = a->bytes;
     pthread_mutex_unlock(&a->mu);
+#ifdef TEST_SIM
+    cudaSimHostAllocated(p + 16, size);
+#endif
     return p + 16;
 }
 
@@ -184,6 +187,9 @@ T_FN void t_free(void *ptr, void *user) {
     size_t size;
     unsigned char *p = (unsigned char *)ptr - 16;
     memcpy(&size, p, sizeof size);
+#ifdef TEST_SIM
+    cudaSimHostFreed(ptr, size); /* a host function still queued must not touch it */
+#endif
     pthread_mutex_lock(&a->mu);
     a->live--;
     a->bytes -= size;

@@ -39,6 +39,13 @@ typedef enum cudaError {
     cudaErrorUnknown = 999
 } cudaError_t;
 
+enum cudaDriverEntryPointQueryResult {
+    cudaDriverEntryPointSuccess = 0,
+    cudaDriverEntryPointSymbolNotFound = 1,
+    cudaDriverEntryPointVersionNotSufficent = 2
+};
+#define cudaEnableDefault 0x0
+
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
     cudaMemcpyHostToDevice = 1,
@@ -83,6 +90,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
+/* Only "cuCtxGetCurrent" and "cuCtxSetCurrent" are known; others give NULL
+   and cudaDriverEntryPointSymbolNotFound, as the runtime does. */
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *driverStatus);
 
 /* ---- test controls (not CUDA) ---- */
 
@@ -108,12 +120,46 @@ size_t cudaSimBytesLive(void);
 int cudaSimObjectsLive(void);
 /* The host is about to write [p, p+n) of pinned memory. */
 void cudaSimHostWrite(const void *p, size_t n);
+/* The host is about to read [p, p+n) (pinned, or device memory that a
+   host-visible mapping exposes). */
+void cudaSimHostRead(const void *p, size_t n);
 /* A GPU kernel stand-in: when `stream` reaches it, it reads [reads, reads+n)
    of device memory (checked against the clocks) and then runs fn(arg) on the
    stream's thread. Unlike cudaLaunchHostFunc it orders nothing on the host. */
 cudaError_t cudaSimLaunchKernel(cudaStream_t stream, void (*fn)(void *), void *arg, const void *reads, size_t n);
 /* A name for a stream in violation messages. */
 void cudaSimNameStream(cudaStream_t stream, const char *name);
+
+/* A kernel stand-in that runs for duration_us on the timing model (see
+   cudaSimSetTiming); without the model it is cudaSimLaunchKernel. */
+cudaError_t cudaSimLaunchKernelFor(cudaStream_t stream, unsigned duration_us, void (*fn)(void *), void *arg,
+                                   const void *reads, size_t n);
+/* A kernel that reads an illegal address: when `stream` reaches it, the
+   device's context takes the sticky cudaErrorIllegalAddress. */
+cudaError_t cudaSimLaunchFault(cudaStream_t stream);
+/* The sticky error of a device (cudaSuccess when healthy). */
+cudaError_t cudaSimDeviceError(int device);
+/* 1 when a primary context was created on `device` since the reset. */
+int cudaSimContextCreated(int device);
+/* Live events created with exactly these flags. */
+int cudaSimEventsWithFlags(unsigned flags);
+/* 1 when a context is current on the calling thread. */
+int cudaSimThreadHasContext(void);
+/* Calls of fn made by the calling thread since the last reset. */
+int cudaSimThreadCalls(const char *fn);
+/* The timing model: one host-to-device copy engine of this many bytes/s
+   shared by every stream, one compute engine per device running kernels
+   for their durations; operations run on a virtual timeline anchored at
+   the real times they were enqueued, and the stream threads sleep until
+   it. 0 turns it off (random delays again). */
+void cudaSimSetTiming(double h2d_bytes_per_s);
+/* The device is in cudaComputeModeExclusiveProcess and another process
+   holds it: cudaSetDevice fails, cudaGetDeviceCount still counts it. */
+void cudaSimSetExclusiveBusy(int device, int busy);
+/* Host memory lifetime, from the tests' allocator: a host function whose
+   argument points into freed memory is a violation. */
+void cudaSimHostAllocated(const void *p, size_t n);
+void cudaSimHostFreed(const void *p, size_t n);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,12 @@
    A kernel stand-in (cudaSimLaunchKernel) is device work: it creates no
    stream -> host edge. Shadow memory keeps, per 256-byte cell, the last
    write and the latest read per reader; an access not ordered after a
-   conflicting one is reported as a violation. */
+   conflicting one is reported as a violation.
+
+   Beyond ordering it models what the toolkit's headers document for
+   faults, contexts and teardown; each rule quotes its sentence where it is
+   implemented (grep "DOC:"), and tests/sim/README.md lists the rules with
+   the test that proves a violation of each is seen. */
 #define _POSIX_C_SOURCE 200809L
 #include "cuda_runtime_api.h"
 
@@ -48,7 +53,7 @@ typedef struct alloc {
     cell *cells;
 } alloc;
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_KERNEL, OP_QUIT };
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_KERNEL, OP_FAULT, OP_QUIT };
 
 typedef struct op {
     struct op *next;
@@ -63,10 +68,13 @@ typedef struct op {
     void *arg;
     alloc *adst, *asrc;
     unsigned delay_us;
+    double enq_t;       /* timing model: when the host enqueued it */
+    unsigned dur_us;    /* timing model: a kernel's duration      */
 } op;
 
 struct CUstream_st {
-    int id, device, legacy;
+    int id, device, legacy, destroyed;
+    double vt_done; /* timing model: when its last operation ends */
     pthread_t thread;
     op *head, *tail;
     uint64_t enq, done;
@@ -76,23 +84,35 @@ struct CUstream_st {
 
 struct CUevent_st {
     int device, refs, destroyed;
+    unsigned flags;
+    struct CUevent_st *next_live; /* live events, for cudaSimEventsWithFlags */
     uint64_t gen_enq, gen_done;
     struct {
         uint64_t gen;
         vclock vc;
+        double vt;
     } hist[HIST];
 };
 
 enum {
     F_GetDeviceCount, F_SetDevice, F_GetDevice, F_DeviceSynchronize, F_HostAlloc, F_FreeHost, F_Malloc, F_Free,
     F_StreamCreateWithFlags, F_StreamDestroy, F_StreamSynchronize, F_StreamWaitEvent, F_EventCreateWithFlags,
-    F_EventDestroy, F_EventRecord, F_EventQuery, F_EventSynchronize, F_MemcpyAsync, F_LaunchHostFunc, F_COUNT
+    F_EventDestroy, F_EventRecord, F_EventQuery, F_EventSynchronize, F_MemcpyAsync, F_LaunchHostFunc,
+    F_GetDriverEntryPoint, F_COUNT
 };
+/* Calls that need a context: every one but the device queries, the error
+   strings and the entry-point lookup. */
+static const char needs_ctx[F_COUNT] = {
+    [F_DeviceSynchronize] = 1, [F_HostAlloc] = 1, [F_FreeHost] = 1, [F_Malloc] = 1, [F_Free] = 1,
+    [F_StreamCreateWithFlags] = 1, [F_StreamDestroy] = 1, [F_StreamSynchronize] = 1, [F_StreamWaitEvent] = 1,
+    [F_EventCreateWithFlags] = 1, [F_EventDestroy] = 1, [F_EventRecord] = 1, [F_EventQuery] = 1,
+    [F_EventSynchronize] = 1, [F_MemcpyAsync] = 1, [F_LaunchHostFunc] = 1};
 static const char *const fn_names[F_COUNT] = {
     "cudaGetDeviceCount", "cudaSetDevice", "cudaGetDevice", "cudaDeviceSynchronize", "cudaHostAlloc",
     "cudaFreeHost", "cudaMalloc", "cudaFree", "cudaStreamCreateWithFlags", "cudaStreamDestroy",
     "cudaStreamSynchronize", "cudaStreamWaitEvent", "cudaEventCreateWithFlags", "cudaEventDestroy",
-    "cudaEventRecord", "cudaEventQuery", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaLaunchHostFunc"};
+    "cudaEventRecord", "cudaEventQuery", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaLaunchHostFunc",
+    "cudaGetDriverEntryPointByVersion"};
 
 static struct {
     pthread_mutex_t mu;
@@ -117,10 +137,44 @@ static struct {
     int calls[F_COUNT], fail_at[F_COUNT], fail_sticky[F_COUNT];
     unsigned flags_seen[F_COUNT]; /* the flags of the latest call */
     cudaError_t fail_err[F_COUNT];
+    cudaError_t fault[MAXDEV];    /* a device's sticky error           */
+    int ctx[MAXDEV];              /* its primary context exists        */
+    int busy[MAXDEV];             /* exclusive-process, held elsewhere */
+    char ctx_handle[MAXDEV];      /* addresses that serve as CUcontext */
+    unsigned gen;                 /* bumps at each reset               */
+    double bw;                    /* timing model: H2D bytes/s, 0 off  */
+    double engine_free, compute_free[MAXDEV];
+    alloc *zombies;               /* freed while queued work used them */
+    struct CUevent_st *events;    /* live (not destroyed) events        */
+    struct {
+        const unsigned char *p;
+        size_t n;
+    } freed[64];                  /* host memory freed (tests' allocator) */
+    unsigned nfreed;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .ndev = 1, .rng = 1};
 
-static _Thread_local int tls_dev = -1;
+static _Thread_local int tls_dev = -1; /* the device cudaSetDevice chose    */
+static _Thread_local int tls_ctx = -1; /* the device whose context is current */
 static _Thread_local cudaError_t tls_last = cudaSuccess;
+static _Thread_local int tls_calls[F_COUNT];
+static _Thread_local unsigned tls_gen;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_until(double t) {
+    struct timespec ts;
+    if (t <= now_s()) return;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {}
+}
+
+static int cur_dev(void) { return tls_dev >= 0 ? tls_dev : 0; }
 
 static void violation(const char *fmt, ...) {
     va_list ap;
@@ -149,21 +203,64 @@ static cudaError_t ret(cudaError_t e) {
     return e;
 }
 
-/* Count the call, apply injected faults (lock held). */
-static cudaError_t begin(int f) {
-    int n = ++g.calls[f];
-    if (g.global_err != cudaSuccess && f != F_GetDevice) return g.global_err;
-    if (g.fail_at[f] && (n == g.fail_at[f] || (g.fail_sticky[f] && n > g.fail_at[f]))) return g.fail_err[f];
-    return cudaSuccess;
-}
-
-/* Calls that use the current device need one set on this thread. */
+/* Calls that use the current device need one set on this thread (the
+   library's rule: every thread that calls CUDA first calls cudaSetDevice). */
 static int need_device(const char *what) {
     if (tls_dev < 0) {
         violation("%s called on a thread that never called cudaSetDevice", what);
         return 0;
     }
     return 1;
+}
+
+/* Make the primary context of `dev` exist (lock held). DOC (cudaSetDevice):
+   "This function will also immediately initialize the runtime state on the
+   primary context, and the context will be current on device immediately.
+   This function will return an error if the device is in
+   cudaComputeModeExclusiveProcess and is occupied by another process". */
+static cudaError_t make_ctx(int dev) {
+    if (!g.ctx[dev] && g.busy[dev]) return cudaErrorDevicesUnavailable;
+    g.ctx[dev] = 1;
+    tls_ctx = dev;
+    return cudaSuccess;
+}
+
+/* Count the call, apply injected faults, give a call that needs a context
+   one, and answer a device's sticky error (lock held). */
+static cudaError_t begin(int f) {
+    int n = ++g.calls[f];
+    if (tls_gen != g.gen) {
+        memset(tls_calls, 0, sizeof tls_calls);
+        tls_gen = g.gen;
+    }
+    tls_calls[f]++;
+    if (g.global_err != cudaSuccess && f != F_GetDevice) return g.global_err;
+    if (g.fail_at[f] && (n == g.fail_at[f] || (g.fail_sticky[f] && n > g.fail_at[f]))) return g.fail_err[f];
+    if (needs_ctx[f] && tls_ctx < 0) {
+        /* DOC (the runtime's initialization note): a call that needs a
+           context on a thread with none current initialises the primary
+           context of the thread's device: device 0 until one is set. */
+        cudaError_t e;
+        need_device(fn_names[f]);
+        e = make_ctx(cur_dev());
+        if (e != cudaSuccess) return e;
+    }
+    /* DOC (driver_types.h, cudaErrorIllegalAddress): "This leaves the
+       process in an inconsistent state and any further CUDA work will
+       return the same error." The releasing calls (frees, destroys) still
+       let go of the object in this model; see release_sticky. */
+    if (needs_ctx[f] && f != F_Free && f != F_FreeHost && f != F_EventDestroy && f != F_StreamDestroy &&
+        g.fault[cur_dev()] != cudaSuccess)
+        return g.fault[cur_dev()];
+    return cudaSuccess;
+}
+
+/* A free or destroy in a faulted context: the object is let go of (the
+   process must be relaunched anyway, so nothing is lost by it) and the
+   call answers the sticky error. */
+static cudaError_t release_sticky(cudaError_t e) {
+    cudaError_t f = g.fault[cur_dev()];
+    return e == cudaSuccess && f != cudaSuccess ? f : e;
 }
 
 static alloc *find_alloc(const void *p, size_t n) {
@@ -264,18 +361,73 @@ static void sleep_us(unsigned us) {
     nanosleep(&ts, NULL);
 }
 
+static int in_freed(const void *p) {
+    const unsigned char *c = (const unsigned char *)p;
+    for (unsigned i = 0; i < g.nfreed && i < 64; i++)
+        if (g.freed[i].p && c >= g.freed[i].p && c < g.freed[i].p + g.freed[i].n) return 1;
+    return 0;
+}
+
+/* An operation in a faulted context: DOC (cudaLaunchHostFunc): "the
+   function will not be called in the event of an error in the CUDA
+   context"; and no later work runs: copies and kernels do not happen,
+   events recorded after the fault never complete. (lock held) */
+static void discard(op *o) {
+    if (o->asrc) o->asrc->pending--;
+    if (o->adst) o->adst->pending--;
+    if (o->kind == OP_RECORD || o->kind == OP_WAIT) event_unref(o->ev);
+}
+
+/* Timing model: when op o starts and ends on the virtual timeline (lock
+   held; a wait's start is fixed once its event completed). */
+static double op_end(struct CUstream_st *s, op *o) {
+    double start = o->enq_t > s->vt_done ? o->enq_t : s->vt_done, end = start;
+    if (o->kind == OP_COPY && g.bw > 0) {
+        if (g.engine_free > start) start = g.engine_free;
+        end = start + (double)o->n / g.bw;
+        g.engine_free = end;
+    } else if (o->kind == OP_KERNEL) {
+        if (g.compute_free[s->device] > start) start = g.compute_free[s->device];
+        end = start + (double)o->dur_us * 1e-6;
+        g.compute_free[s->device] = end;
+    } else if (o->kind == OP_WAIT && o->ev->hist[o->gen % HIST].vt > start) {
+        end = o->ev->hist[o->gen % HIST].vt;
+    }
+    return end;
+}
+
 static void *stream_main(void *arg) {
     struct CUstream_st *s = (struct CUstream_st *)arg;
     int quit = 0;
-    tls_dev = s->device;
+    tls_dev = tls_ctx = s->device;
     pthread_mutex_lock(&g.mu);
     while (!quit) {
         op *o;
         while (!s->head) pthread_cond_wait(&s->cv, &g.mu);
         o = s->head;
-        pthread_mutex_unlock(&g.mu);
-        sleep_us(o->delay_us);
+        if (g.fault[s->device] != cudaSuccess && o->kind != OP_QUIT) {
+            discard(o);
+            s->head = o->next;
+            if (!s->head) s->tail = NULL;
+            s->done++;
+            free(o);
+            pthread_cond_broadcast(&g.cv);
+            continue;
+        }
+        if (g.bw > 0) {
+            double end;
+            if (o->kind == OP_WAIT)
+                while (o->ev->gen_done < o->gen && !g.fault[s->device]) pthread_cond_wait(&g.cv, &g.mu);
+            end = op_end(s, o);
+            s->vt_done = end;
+            pthread_mutex_unlock(&g.mu);
+            sleep_until(end);
+        } else {
+            pthread_mutex_unlock(&g.mu);
+            sleep_us(o->delay_us);
+        }
         pthread_mutex_lock(&g.mu);
+        if (g.fault[s->device] != cudaSuccess && o->kind != OP_QUIT) continue; /* discarded above next time */
         vc_join(&s->vc, &o->in);
         s->vc.c[s->id] = ++g.id_clock[s->id];
         switch (o->kind) {
@@ -291,12 +443,19 @@ static void *stream_main(void *arg) {
         case OP_RECORD:
             o->ev->hist[o->gen % HIST].gen = o->gen;
             o->ev->hist[o->gen % HIST].vc = s->vc;
+            o->ev->hist[o->gen % HIST].vt = s->vt_done;
             if (o->gen > o->ev->gen_done) o->ev->gen_done = o->gen;
             event_unref(o->ev);
             break;
         case OP_WAIT:
-            while (o->ev->gen_done < o->gen) pthread_cond_wait(&g.cv, &g.mu);
-            if (o->ev->hist[o->gen % HIST].gen != o->gen)
+            while (o->ev->gen_done < o->gen && !g.fault[s->device] && !g.fault[o->ev->device])
+                pthread_cond_wait(&g.cv, &g.mu);
+            if (g.fault[s->device] != cudaSuccess) {
+                /* the context died while it waited */
+            } else if (g.fault[o->ev->device] != cudaSuccess) {
+                /* another device's fault: the record will never happen */
+                violation("sim: %s waits for an event of faulted device %d", g.names[s->id], o->ev->device);
+            } else if (o->ev->hist[o->gen % HIST].gen != o->gen)
                 violation("sim: event record %llu was overwritten before %s waited for it",
                           (unsigned long long)o->gen, g.names[s->id]);
             else
@@ -304,6 +463,10 @@ static void *stream_main(void *arg) {
             event_unref(o->ev);
             break;
         case OP_HOSTFN:
+            if (in_freed(o->arg))
+                violation("a host function on %s runs with an argument (%p) that points into memory freed "
+                          "before it ran: its owner was torn down with the function still queued",
+                          g.names[s->id], o->arg);
             vc_join(&g.host, &s->vc); /* the host function may signal host threads */
             pthread_mutex_unlock(&g.mu);
             o->fn(o->arg);
@@ -315,6 +478,11 @@ static void *stream_main(void *arg) {
             o->fn(o->arg);
             pthread_mutex_lock(&g.mu);
             if (o->asrc) o->asrc->pending--;
+            break;
+        case OP_FAULT:
+            /* the device's context takes the sticky error; everyone waiting
+               on it is told at once */
+            g.fault[s->device] = cudaErrorIllegalAddress;
             break;
         case OP_QUIT:
             quit = 1;
@@ -357,6 +525,9 @@ static op *new_op(int kind) {
 }
 
 static void push(struct CUstream_st *s, op *o) {
+    if (s->destroyed && o->kind != OP_QUIT) violation("an operation enqueued on %s after cudaStreamDestroy", g.names[s->id]);
+    o->enq_t = now_s();
+    if (g.bw > 0) o->delay_us = 0;
     if (s->tail) s->tail->next = o;
     else s->head = o;
     s->tail = o;
@@ -409,7 +580,11 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaGetLastError(void) {
-    cudaError_t e = tls_last;
+    cudaError_t e = tls_last, f;
+    pthread_mutex_lock(&g.mu);
+    f = tls_ctx >= 0 ? g.fault[tls_ctx] : cudaSuccess;
+    pthread_mutex_unlock(&g.mu);
+    if (f != cudaSuccess) return f; /* sticky: never reset */
     tls_last = cudaSuccess;
     return e;
 }
@@ -437,13 +612,18 @@ cudaError_t cudaGetDeviceCount(int *count) {
 }
 
 cudaError_t cudaSetDevice(int device) {
+    cudaError_t e;
     BEGIN(F_SetDevice)
     if (g.ndev == 0) END(cudaErrorNoDevice);
     if (device < 0 || device >= g.ndev) END(cudaErrorInvalidDevice);
+    e = make_ctx(device); /* DOC quoted at make_ctx */
+    if (e != cudaSuccess) END(e);
     tls_dev = device;
-    END(cudaSuccess);
+    END(g.fault[device]); /* a faulted context is current, and says so */
 }
 
+/* DOC (cudaGetDevice): "Returns in *device the current device for the
+   calling host thread." It creates no context (needs_ctx is 0). */
 cudaError_t cudaGetDevice(int *device) {
     BEGIN(F_GetDevice)
     if (!device) END(cudaErrorInvalidValue);
@@ -451,11 +631,54 @@ cudaError_t cudaGetDevice(int *device) {
     END(cudaSuccess);
 }
 
+/* DOC (cuCtxGetCurrent, cuda.h): "If no context is bound to the calling
+   CPU thread then *pctx is set to NULL and CUDA_SUCCESS is returned." */
+static int sim_ctx_get_current(void **pctx) {
+    pthread_mutex_lock(&g.mu);
+    *pctx = tls_ctx >= 0 ? (void *)&g.ctx_handle[tls_ctx] : NULL;
+    pthread_mutex_unlock(&g.mu);
+    return 0;
+}
+
+/* DOC (cuCtxSetCurrent, cuda.h): binds ctx to the calling thread; NULL
+   leaves no context current. */
+static int sim_ctx_set_current(void *ctx) {
+    pthread_mutex_lock(&g.mu);
+    if (!ctx) {
+        tls_ctx = -1;
+        tls_dev = -1;
+    } else {
+        int d = (int)((char *)ctx - g.ctx_handle);
+        if (d < 0 || d >= MAXDEV || !g.ctx[d]) {
+            pthread_mutex_unlock(&g.mu);
+            return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+        }
+        tls_ctx = tls_dev = d;
+    }
+    pthread_mutex_unlock(&g.mu);
+    return 0;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status) {
+    void *fn = NULL;
+    BEGIN(F_GetDriverEntryPoint)
+    (void)cudaVersion;
+    (void)flags;
+    if (!symbol || !funcPtr) END(cudaErrorInvalidValue);
+    /* a function pointer through void *: what the real API hands out */
+    if (strcmp(symbol, "cuCtxGetCurrent") == 0) fn = (void *)(uintptr_t)sim_ctx_get_current;
+    else if (strcmp(symbol, "cuCtxSetCurrent") == 0) fn = (void *)(uintptr_t)sim_ctx_set_current;
+    *funcPtr = fn;
+    if (status) *status = fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    END(cudaSuccess);
+}
+
 static cudaError_t new_alloc(void **p, size_t size, int pinned) {
     alloc *a;
     if (!p) return cudaErrorInvalidValue;
     *p = NULL;
-    if (!need_device(pinned ? "cudaHostAlloc" : "cudaMalloc")) return cudaErrorInvalidValue;
     a = (alloc *)calloc(1, sizeof *a);
     if (!a) return cudaErrorMemoryAllocation;
     if (posix_memalign((void **)&a->base, CELL, size ? size : 1) != 0) {
@@ -471,7 +694,7 @@ static cudaError_t new_alloc(void **p, size_t size, int pinned) {
     for (size_t i = 0; i < size / CELL + 1; i++) a->cells[i].went = NONE;
     if (!pinned) memset(a->base, 0xcd, size); /* device memory starts as garbage */
     a->size = size;
-    a->device = tls_dev;
+    a->device = cur_dev();
     a->pinned = pinned;
     a->next = g.allocs;
     g.allocs = a;
@@ -481,22 +704,42 @@ static cudaError_t new_alloc(void **p, size_t size, int pinned) {
     return cudaSuccess;
 }
 
-/* Freeing waits for the operations that use the block, as CUDA's implicit
-   synchronisation in cudaFree/cudaFreeHost does. */
+static void drop_alloc(alloc *a) {
+    free(a->cells);
+    free(a->base);
+    free(a);
+}
+
+/* Free a block. DOC (cudaFree): "For all other pointers, this API may
+   perform implicit synchronization." May, not must; and cudaFreeHost
+   documents none. So the model does not synchronise: a free must be
+   ordered (by a stream or event sync) after every access queued to the
+   block, or it is reported. A block that queued work still uses lives on
+   as a zombie until that work is done, so the report is all that happens.
+   In a faulted context queued work never runs, so nothing is reported. */
 static cudaError_t free_alloc(void *p, int pinned) {
     alloc **pp, *a;
+    const char *what = pinned ? "cudaFreeHost" : "cudaFree";
     if (!p) return cudaSuccess;
     for (pp = &g.allocs; *pp && (*pp)->base != p; pp = &(*pp)->next) {}
     a = *pp;
     if (!a || a->pinned != pinned) return cudaErrorInvalidValue;
-    while (a->pending) pthread_cond_wait(&g.cv, &g.mu);
-    for (pp = &g.allocs; *pp != a; pp = &(*pp)->next) {}
     *pp = a->next;
     g.bytes_live -= a->size;
     g.objects_live--;
-    free(a->cells);
-    free(a->base);
-    free(a);
+    if (g.fault[a->device] == cudaSuccess) {
+        if (a->pending)
+            violation("%s of a %zu-byte block while %d queued operation(s) still use it: it may not "
+                      "synchronise, so sync the streams that use it first", what, a->size, a->pending);
+        else
+            shadow(a, a->base, a->size, 0, &g.host, 1, what); /* ordered after every access that ran? */
+    }
+    if (a->pending) {
+        a->next = g.zombies;
+        g.zombies = a;
+    } else {
+        drop_alloc(a);
+    }
     return cudaSuccess;
 }
 
@@ -511,11 +754,11 @@ cudaError_t cudaMalloc(void **p, size_t size) {
 }
 cudaError_t cudaFreeHost(void *p) {
     BEGIN(F_FreeHost)
-    END(free_alloc(p, 1));
+    END(release_sticky(free_alloc(p, 1)));
 }
 cudaError_t cudaFree(void *p) {
     BEGIN(F_Free)
-    END(free_alloc(p, 0));
+    END(release_sticky(free_alloc(p, 0)));
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags) {
@@ -523,31 +766,45 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags) {
     BEGIN(F_StreamCreateWithFlags)
     g.flags_seen[F_StreamCreateWithFlags] = flags;
     if (!ps) END(cudaErrorInvalidValue);
-    if (!need_device("cudaStreamCreateWithFlags")) END(cudaErrorInvalidValue);
     snprintf(name, sizeof name, "stream(%s, device %d)", flags & cudaStreamNonBlocking ? "non-blocking" : "blocking",
-             tls_dev);
-    *ps = new_stream(tls_dev, 0, name);
+             cur_dev());
+    *ps = new_stream(cur_dev(), 0, name);
     if (!*ps) END(cudaErrorMemoryAllocation);
     g.objects_live++;
     END(cudaSuccess);
 }
 
+/* DOC (cudaStreamDestroy): "In case the device is still doing work in the
+   stream stream when cudaStreamDestroy() is called, the function will
+   return immediately and the resources associated with stream will be
+   released automatically once the device has completed all work in
+   stream." Host functions queued on it still run later: whoever queued
+   them must keep their arguments alive (see OP_HOSTFN's check). */
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     op *o;
     BEGIN(F_StreamDestroy)
     if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) END(cudaErrorInvalidResourceHandle);
+    if (s->destroyed) {
+        violation("cudaStreamDestroy of a stream already destroyed");
+        END(cudaErrorInvalidResourceHandle);
+    }
     o = new_op(OP_QUIT);
     if (!o) END(cudaErrorMemoryAllocation);
     o->delay_us = 0;
     push(s, o); /* the stream finishes its work, then frees itself */
+    s->destroyed = 1;
     g.objects_live--;
-    END(cudaSuccess);
+    END(release_sticky(cudaSuccess));
 }
 
-static void wait_stream(struct CUstream_st *s) {
+/* Wait for everything queued on s; a fault ends the wait at once. DOC
+   (driver_types.h): synchronising calls return "the same error". */
+static cudaError_t wait_stream(struct CUstream_st *s) {
     uint64_t target = s->enq;
-    while (s->done < target) pthread_cond_wait(&g.cv, &g.mu);
+    while (s->done < target && g.fault[s->device] == cudaSuccess) pthread_cond_wait(&g.cv, &g.mu);
+    if (g.fault[s->device] != cudaSuccess) return g.fault[s->device];
     vc_join(&g.host, &s->vc);
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t st) {
@@ -555,18 +812,17 @@ cudaError_t cudaStreamSynchronize(cudaStream_t st) {
     BEGIN(F_StreamSynchronize)
     s = resolve(st, "cudaStreamSynchronize");
     if (!s) END(cudaErrorInvalidResourceHandle);
-    wait_stream(s);
-    END(cudaSuccess);
+    END(wait_stream(s));
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    cudaError_t e = cudaSuccess;
     BEGIN(F_DeviceSynchronize)
-    if (!need_device("cudaDeviceSynchronize")) END(cudaErrorInvalidValue);
-    for (int id = 1; id < MAXE; id++) {
+    for (int id = 1; id < MAXE && e == cudaSuccess; id++) {
         struct CUstream_st *s = g.by_id[id];
-        if (s && s->device == tls_dev) wait_stream(s); /* may sleep: the stream stays live while it has work */
+        if (s && s->device == cur_dev()) e = wait_stream(s); /* may sleep: the stream stays live while it has work */
     }
-    END(cudaSuccess);
+    END(e);
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int flags) {
@@ -591,11 +847,13 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags) {
     BEGIN(F_EventCreateWithFlags)
     g.flags_seen[F_EventCreateWithFlags] = flags;
     if (!pe) END(cudaErrorInvalidValue);
-    if (!need_device("cudaEventCreateWithFlags")) END(cudaErrorInvalidValue);
     *pe = (cudaEvent_t)calloc(1, sizeof **pe);
     if (!*pe) END(cudaErrorMemoryAllocation);
-    (*pe)->device = tls_dev;
-    (*pe)->refs = 1;
+    (*pe)->device = cur_dev();
+    (*pe)->refs = 2; /* one for the live list */
+    (*pe)->flags = flags;
+    (*pe)->next_live = g.events;
+    g.events = *pe;
     g.objects_live++;
     END(cudaSuccess);
 }
@@ -605,8 +863,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
     ev->destroyed = 1;
     g.objects_live--;
+    for (struct CUevent_st **pp = &g.events; *pp; pp = &(*pp)->next_live)
+        if (*pp == ev) {
+            *pp = ev->next_live;
+            event_unref(ev);
+            break;
+        }
     event_unref(ev);
-    END(cudaSuccess);
+    END(release_sticky(cudaSuccess));
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
@@ -632,6 +896,7 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
 cudaError_t cudaEventQuery(cudaEvent_t ev) {
     BEGIN(F_EventQuery)
     if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
+    if (g.fault[ev->device] != cudaSuccess) END(g.fault[ev->device]);
     if (ev->gen_done < ev->gen_enq) END(cudaErrorNotReady);
     if (ev->gen_enq) vc_join(&g.host, &ev->hist[ev->gen_enq % HIST].vc);
     END(cudaSuccess);
@@ -643,7 +908,13 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
     target = ev->gen_enq;
     ev->refs++;
-    while (ev->gen_done < target) pthread_cond_wait(&g.cv, &g.mu);
+    /* a fault while waiting answers at once: the record will never complete */
+    while (ev->gen_done < target && g.fault[ev->device] == cudaSuccess) pthread_cond_wait(&g.cv, &g.mu);
+    if (g.fault[ev->device] != cudaSuccess) {
+        cudaError_t f = g.fault[ev->device];
+        event_unref(ev);
+        END(f);
+    }
     if (target) vc_join(&g.host, &ev->hist[target % HIST].vc);
     event_unref(ev);
     END(cudaSuccess);
@@ -699,7 +970,11 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *arg) {
 
 /* ---- test controls ---- */
 
-cudaError_t cudaSimLaunchKernel(cudaStream_t st, void (*fn)(void *), void *arg, const void *reads, size_t n) {
+static void noop(void *arg) { (void)arg; }
+
+/* A kernel stand-in; kind OP_FAULT makes the device fault when it runs. */
+static cudaError_t launch(cudaStream_t st, int kind, unsigned dur_us, void (*fn)(void *), void *arg,
+                          const void *reads, size_t n) {
     struct CUstream_st *s;
     alloc *a;
     op *o;
@@ -709,17 +984,23 @@ cudaError_t cudaSimLaunchKernel(cudaStream_t st, void (*fn)(void *), void *arg, 
         pthread_mutex_unlock(&g.mu);
         return cudaErrorInvalidValue;
     }
+    if (g.fault[s->device] != cudaSuccess) { /* a launch in a dead context fails */
+        cudaError_t f = g.fault[s->device];
+        pthread_mutex_unlock(&g.mu);
+        return f;
+    }
     a = find_alloc(reads, n);
     if (n && (!a || a->pinned)) {
         violation("a kernel reads %p (+%zu), which is not device memory", reads, n);
         pthread_mutex_unlock(&g.mu);
         return cudaErrorIllegalAddress;
     }
-    o = new_op(OP_KERNEL);
+    o = new_op(kind);
     if (!o) {
         pthread_mutex_unlock(&g.mu);
         return cudaErrorMemoryAllocation;
     }
+    o->dur_us = dur_us;
     o->fn = fn;
     o->arg = arg;
     o->src = reads;
@@ -731,9 +1012,94 @@ cudaError_t cudaSimLaunchKernel(cudaStream_t st, void (*fn)(void *), void *arg, 
     return cudaSuccess;
 }
 
+cudaError_t cudaSimLaunchKernel(cudaStream_t st, void (*fn)(void *), void *arg, const void *reads, size_t n) {
+    return launch(st, OP_KERNEL, 0, fn, arg, reads, n);
+}
+
+cudaError_t cudaSimLaunchKernelFor(cudaStream_t st, unsigned dur_us, void (*fn)(void *), void *arg,
+                                   const void *reads, size_t n) {
+    return launch(st, OP_KERNEL, dur_us, fn ? fn : noop, arg, reads, n);
+}
+
+cudaError_t cudaSimLaunchFault(cudaStream_t st) { return launch(st, OP_FAULT, 0, noop, NULL, NULL, 0); }
+
+cudaError_t cudaSimDeviceError(int device) {
+    cudaError_t e;
+    pthread_mutex_lock(&g.mu);
+    e = device >= 0 && device < MAXDEV ? g.fault[device] : cudaErrorInvalidDevice;
+    pthread_mutex_unlock(&g.mu);
+    return e;
+}
+
+int cudaSimContextCreated(int device) {
+    int n;
+    pthread_mutex_lock(&g.mu);
+    n = device >= 0 && device < MAXDEV ? g.ctx[device] : 0;
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+int cudaSimThreadHasContext(void) { return tls_ctx >= 0; }
+
+int cudaSimEventsWithFlags(unsigned flags) {
+    int n = 0;
+    pthread_mutex_lock(&g.mu);
+    for (struct CUevent_st *e = g.events; e; e = e->next_live) n += e->flags == flags;
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+void cudaSimSetTiming(double bw) {
+    pthread_mutex_lock(&g.mu);
+    g.bw = bw;
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimSetExclusiveBusy(int device, int busy) {
+    pthread_mutex_lock(&g.mu);
+    if (device >= 0 && device < MAXDEV) g.busy[device] = busy;
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimHostAllocated(const void *p, size_t n) {
+    const unsigned char *c = (const unsigned char *)p;
+    pthread_mutex_lock(&g.mu);
+    for (unsigned i = 0; i < 64; i++) /* the range is live again */
+        if (g.freed[i].p && g.freed[i].p < c + n && c < g.freed[i].p + g.freed[i].n) g.freed[i].p = NULL;
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimHostFreed(const void *p, size_t n) {
+    pthread_mutex_lock(&g.mu);
+    g.freed[g.nfreed % 64].p = (const unsigned char *)p;
+    g.freed[g.nfreed % 64].n = n;
+    g.nfreed++;
+    pthread_mutex_unlock(&g.mu);
+}
+
+int cudaSimThreadCalls(const char *fn) {
+    int f = -1;
+    for (int i = 0; i < F_COUNT; i++)
+        if (strcmp(fn_names[i], fn) == 0) f = i;
+    if (f < 0) {
+        fprintf(stderr, "cuda_sim: unknown function %s\n", fn);
+        abort();
+    }
+    pthread_mutex_lock(&g.mu);
+    f = tls_gen == g.gen ? tls_calls[f] : 0;
+    pthread_mutex_unlock(&g.mu);
+    return f;
+}
+
 void cudaSimHostWrite(const void *p, size_t n) {
     pthread_mutex_lock(&g.mu);
     shadow(find_alloc(p, n), p, n, 0, &g.host, 1, "a host write");
+    pthread_mutex_unlock(&g.mu);
+}
+
+void cudaSimHostRead(const void *p, size_t n) {
+    pthread_mutex_lock(&g.mu);
+    shadow(find_alloc(p, n), p, n, 0, &g.host, 0, "a host read");
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -786,10 +1152,28 @@ void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_cou
     while (g.allocs) { /* leaked by the previous run; its test reported it */
         alloc *a = g.allocs;
         g.allocs = a->next;
-        free(a->cells);
-        free(a->base);
-        free(a);
+        drop_alloc(a);
     }
+    while (g.zombies) { /* the streams are gone: nothing uses them now */
+        alloc *a = g.zombies;
+        g.zombies = a->next;
+        drop_alloc(a);
+    }
+    while (g.events) { /* leaked by the previous run */
+        struct CUevent_st *e = g.events;
+        g.events = e->next_live;
+        event_unref(e);
+    }
+    memset(g.fault, 0, sizeof g.fault);
+    memset(g.ctx, 0, sizeof g.ctx);
+    memset(g.busy, 0, sizeof g.busy);
+    memset(g.freed, 0, sizeof g.freed);
+    g.nfreed = 0;
+    g.gen++;
+    g.bw = 0;
+    g.engine_free = 0;
+    memset(g.compute_free, 0, sizeof g.compute_free);
+    tls_ctx = tls_dev = -1;
     memset(&g.host, 0, sizeof g.host);
     memset(g.id_clock, 0, sizeof g.id_clock);
     memset(g.calls, 0, sizeof g.calls);
