@@ -754,6 +754,9 @@ typedef struct pf__cuda {
     unsigned char *pinned, *dev;
     cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
     cudaEvent_t *hdone;             /* per host slot: the retirer sleeps on it */
+    cudaEvent_t *cstart;            /* per host slot: its copy may start (the GPU
+                                       released the device slot): queried for
+                                       the wait verdict                         */
     cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
     pf__ctx_get_fn ctx_get;
     pf__ctx_set_fn ctx_set;
@@ -765,7 +768,7 @@ typedef struct pf__cuda {
     pf__flight *flights;        /* copies in flight, in copy-stream order          */
     uint32_t flight_head, flight_count;
     uint32_t held;
-    int64_t last_taken, last_released; /* device slots, for the wait verdict; -1 none */
+    int64_t last_released;      /* device slot, for fault checks at a wait; -1 none */
     bool delivered_any;
     pf__thread stager, retirer;
     bool stager_started, retirer_started, stager_done, stager_cv_ok, retire_cv_ok;
@@ -1526,7 +1529,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     uint32_t d;
     cu->device = l->cfg.cuda_device;
     cu->consumer = (cudaStream_t)l->cfg.stream;
-    cu->last_taken = cu->last_released = -1;
+    cu->last_released = -1;
     pf__cuda_ctx_init(cu);
     e = pf__cuda_enter(l, &sv);
     if (e != cudaSuccess) {
@@ -1566,9 +1569,12 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->released[d], per_batch), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(released[%u])", (unsigned)d)
     }
-    for (d = 0; d < l->nslots; d++)
+    for (d = 0; d < l->nslots; d++) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], host_wait), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->cstart[d], per_batch), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(cstart[%u])", (unsigned)d)
+    }
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
 #undef PF__CUDA_TRY
@@ -1602,8 +1608,10 @@ static void pf__cuda_destroy(pf_loader *l) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
         if (cu->released && cu->released[d]) (void)cudaEventDestroy(cu->released[d]);
     }
-    for (d = 0; cu->hdone && d < l->nslots; d++)
+    for (d = 0; cu->hdone && d < l->nslots; d++) {
         if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
+        if (cu->cstart[d]) (void)cudaEventDestroy(cu->cstart[d]);
+    }
     if (cu->drain) (void)cudaEventDestroy(cu->drain);
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
     if (cu->dev) (void)cudaFree(cu->dev);
@@ -1622,9 +1630,10 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
 
 /* A CUDA failure is final for the pipeline: every later pf_next returns it
    at once, before any batch still staged (after a device fault their copies
-   may never have happened). Every thread that might wait on it is woken
-   (lock held). */
-static pf_result pf__cuda_fatal(pf_loader *l, const char *msg) {
+   may never have happened). The first failure's message is kept; every
+   thread that might wait on it is woken. Only the consumer's own calls
+   write pf_error's text (lock held, any thread). */
+static void pf__cuda_fatal(pf_loader *l, const char *msg) {
     if (!l->fatal) {
         l->fatal = PF_ERR_CUDA;
         pf__format(l->take_msg, sizeof l->take_msg, "%s", msg);
@@ -1632,7 +1641,6 @@ static pf_result pf__cuda_fatal(pf_loader *l, const char *msg) {
     l->claims_done = true;
     l->cu.stager_done = true;
     l->wake |= PF__WAKE_CONSUMER | PF__WAKE_STAGER | PF__WAKE_RETIRER | PF__WAKE_WORKERS;
-    return pf__fail(l, PF_ERR_CUDA, "%s", msg);
 }
 
 /* The stager's error ends the stream of batches; the consumer sees it after
@@ -1655,6 +1663,8 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
     char what[PF__MSG_SIZE];
     if ((e = cudaStreamWaitEvent(cu->copy, cu->released[d], 0)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaStreamWaitEvent(copy stream, released[%u])", (unsigned)d);
+    } else if ((e = cudaEventRecord(cu->cstart[s->index], cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaEventRecord(cstart[%u], copy stream)", (unsigned)s->index);
     } else if ((e = cudaMemcpyAsync(cu->dev + (size_t)d * l->stride, s->data, bytes, cudaMemcpyHostToDevice,
                                     cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaMemcpyAsync(%llu bytes, host slot %u -> device slot %u)",
@@ -1814,33 +1824,47 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
     PF__THREAD_RETURN;
 }
 
-/* Decide why pf_next must wait (see PF__WAIT_*), asking the GPU with two
-   event queries. Drops the lock around them (no CUDA call under the lock)
-   and returns with it held. Also the input-bound path's way to notice a
-   device fault: a query answers the sticky error. */
+/* Decide why pf_next must wait (see PF__WAIT_*). The next batch is either
+   loading (input-bound), or no host slot is left for it because every one
+   is behind a copy. Then the oldest copy in flight says why: not started
+   (its cstart event pending) means it waits for the consumer stream to
+   release its device slot, so the GPU is the limit; started but not landed
+   means the copy engine is. Drops the lock around the queries (no
+   CUDA call under the lock) and returns with it held. Also how the
+   input-bound path notices a device fault: a query answers the sticky
+   error. */
 static int pf__cuda_wait_kind(pf_loader *l) {
     pf__cuda *cu = &l->cu;
-    int64_t taken = cu->last_taken, released = cu->last_released;
+    int64_t h = cu->flight_count ? (int64_t)cu->flights[cu->flight_head].h : -1, released = cu->last_released;
     int kind = PF__WAIT_INPUT;
+    uint32_t i;
+    /* a slot free or loading: the next batch waits for a load, whatever
+       the copies of earlier batches are doing */
+    for (i = 0; h >= 0 && i < l->nslots; i++)
+        if (l->slots[i].state == PF__SLOT_FREE || l->slots[i].state == PF__SLOT_LOADING) h = -1;
     const char *call = NULL;
     cudaError_t e = cudaSuccess;
     pf__ctx_saved sv;
-    if (taken < 0 && released < 0) return PF__WAIT_INPUT; /* nothing handed out yet */
+    if (h < 0 && released < 0) return PF__WAIT_INPUT; /* nothing on the GPU yet */
     pf__unlock_wake(l);
     e = pf__cuda_enter(l, &sv);
     if (e != cudaSuccess) {
         call = "cudaSetDevice";
-    } else {
-        if (taken >= 0) {
-            e = cudaEventQuery(cu->copied[taken]);
-            call = "cudaEventQuery(copied)";
+    } else if (h >= 0) {
+        call = "cudaEventQuery(cstart)";
+        e = cudaEventQuery(cu->cstart[h]);
+        if (e == cudaErrorNotReady) {
+            kind = PF__WAIT_GPU;
+            e = cudaSuccess;
+        } else if (e == cudaSuccess) {
+            call = "cudaEventQuery(hdone)";
+            e = cudaEventQuery(cu->hdone[h]);
             if (e == cudaErrorNotReady) kind = PF__WAIT_COPY, e = cudaSuccess;
         }
-        if (e == cudaSuccess && kind == PF__WAIT_INPUT && released >= 0) {
-            e = cudaEventQuery(cu->released[released]);
-            call = "cudaEventQuery(released)";
-            if (e == cudaErrorNotReady) kind = PF__WAIT_GPU, e = cudaSuccess;
-        }
+    } else {
+        call = "cudaEventQuery(released)"; /* only to hear of a fault */
+        e = cudaEventQuery(cu->released[released]);
+        if (e == cudaErrorNotReady) e = cudaSuccess;
     }
     pf__cuda_leave(l, &sv);
     pf__lock(&l->mu);
@@ -1879,7 +1903,6 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespe
             ds->state = PF__SLOT_HELD;
             ds->ticket = ++l->ticket;
             cu->held++;
-            cu->last_taken = it.slot;
             cu->delivered_any = true;
             pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes);
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
@@ -1924,6 +1947,7 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
         pf__cuda_msg(m, sizeof m, what, e);
         pf__lock(&l->mu);
         pf__cuda_fatal(l, m);
+        pf__fail(l, PF_ERR_CUDA, "%s", m);
         ds->state = PF__SLOT_FREE; /* out of circulation: the pipeline is stopped */
         ds->ticket = 0;
         l->cu.held--;
@@ -1972,7 +1996,8 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
         pf__cuda_msg(m, sizeof m, what, e);
         cu->held--;
         cu->dslots[d].state = PF__SLOT_FREE;
-        r = pf__cuda_fatal(l, m);
+        pf__cuda_fatal(l, m);
+        r = pf__fail(l, PF_ERR_CUDA, "%s", m);
     } else {
         cu->dslots[d].state = PF__SLOT_FREE;
         cu->dfree[(cu->dfree_head + cu->dfree_count++) % l->cfg.device_slots] = d;
@@ -2156,7 +2181,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         o_items = pf__reserve(&lay, fifo_cap, sizeof(pf__item));
         o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
         o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
-        o_hdone = pf__reserve(&lay, nslots, sizeof(cudaEvent_t));
+        o_hdone = pf__reserve(&lay, 2 * (size_t)nslots, sizeof(cudaEvent_t));
         o_flights = pf__reserve(&lay, nslots, sizeof(pf__flight));
     }
 #endif
@@ -2207,6 +2232,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->copied = (cudaEvent_t *)(base + o_copied);
         cu->released = (cudaEvent_t *)(base + o_released);
         cu->hdone = (cudaEvent_t *)(base + o_hdone);
+        cu->cstart = cu->hdone + nslots;
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
             cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
@@ -2432,7 +2458,8 @@ static void pf__verdict(pf_stats *s) {
         s->verdict = "unknown: too few batches delivered to tell";
     } else if (waited < 0.05) {
         s->bound = PF_BOUND_COMPUTE;
-        s->verdict = "compute-bound: the loader keeps up; the consumer rarely waits";
+        s->verdict = "compute-bound: the loader keeps up; pf_next waits only for the GPU to finish earlier "
+                     "batches, if at all";
     } else if (s->wait_copy_s > s->wait_input_s) {
         s->bound = PF_BOUND_COPY;
         s->verdict = "copy-bound: the consumer waits for host-to-device copies; send fewer bytes "

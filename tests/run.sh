@@ -72,6 +72,7 @@ step "stress and soak, gcc"                 $B/stress_gcc
 step "stress and soak, gcc TSan"            $B/stress_tsan
 step "stress and soak, simulated CUDA"      $B/stress_sim
 step "stress and soak, simulated CUDA TSan" $B/stress_sim_tsan -q
+step "gpu_bench on the timing model (quick)" $B/gpu_bench_model --quick
 
 echo "builds as users make them"
 step "strict C11, gcc (no POSIX)"    $B/strict_gcc

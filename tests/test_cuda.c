@@ -5,6 +5,8 @@
    then device selection, memory, flags, faults, and "no host sync". */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <time.h>
 
 /* Mutants: the library's own calls, bent. 0 = the real library. Each is
    one class of bug; every one must make a test below fail:
@@ -21,7 +23,15 @@
 struct pf_loader;
 static int mutant;
 static cudaStream_t mutant_consumer;
-static struct pf_loader *mutant_loader;
+/* read by the library's threads inside the wrappers: atomic */
+static struct pf_loader *mutant_loader_;
+#define mutant_loader __atomic_load_n(&mutant_loader_, __ATOMIC_ACQUIRE)
+#define set_mutant_loader(l) __atomic_store_n(&mutant_loader_, (l), __ATOMIC_RELEASE)
+/* copies issued by the library, counted where it makes them, so a test
+   can wait (on a condition variable) until copies are in flight */
+static pthread_mutex_t copies_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t copies_cv = PTHREAD_COND_INITIALIZER;
+static int copies_issued;
 static cudaError_t mut_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned f);
 static cudaError_t mut_event_synchronize(cudaEvent_t e);
 static cudaError_t mut_stream_synchronize(cudaStream_t s);
@@ -78,7 +88,27 @@ static cudaError_t mut_event_query(cudaEvent_t e) { return swallow(cudaEventQuer
 static cudaError_t mut_set_device(int d) { return swallow(cudaSetDevice(d)); }
 static cudaError_t mut_event_record(cudaEvent_t e, cudaStream_t s) { return swallow(cudaEventRecord(e, s)); }
 static cudaError_t mut_memcpy_async(void *d, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
-    return swallow(cudaMemcpyAsync(d, src, n, k, st));
+    cudaError_t e = swallow(cudaMemcpyAsync(d, src, n, k, st));
+    pthread_mutex_lock(&copies_mu);
+    copies_issued++;
+    pthread_cond_broadcast(&copies_cv);
+    pthread_mutex_unlock(&copies_mu);
+    return e;
+}
+
+/* Bounded wait until the library has issued n copies since the count was
+   reset to 0. */
+static int copies_wait(int n) {
+    struct timespec dl;
+    int ok;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60;
+    pthread_mutex_lock(&copies_mu);
+    while (copies_issued < n)
+        if (pthread_cond_timedwait(&copies_cv, &copies_mu, &dl) != 0) break;
+    ok = copies_issued >= n;
+    pthread_mutex_unlock(&copies_mu);
+    return ok;
 }
 static cudaError_t mut_entry_point(const char *sym, void **fn, unsigned v, unsigned long long f,
                                    enum cudaDriverEntryPointQueryResult *q) {
@@ -273,7 +303,7 @@ static pf_result scen_fault_ring_full(unsigned long long seed, char *msg, size_t
     cfg.allocator.free_fn = t_free;
     cfg.allocator.user_data = &a;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    mutant_loader = c.l;
+    set_mutant_loader(c.l);
     gate_init(&g, 5); /* device_slots + host_slots */
     pthread_create(&opener, NULL, gate_opener, &g);
     for (int step = 0; step < 1000; step++) {
@@ -294,35 +324,37 @@ static pf_result scen_fault_ring_full(unsigned long long seed, char *msg, size_t
         CHECK(b.data == NULL);                   /* nothing handed out with an error */
     }
     pf_destroy(c.l); /* prompt: every sync answers the sticky error */
-    mutant_loader = NULL;
+    set_mutant_loader(NULL);
     if (cudaSimDeviceError(0) != cudaSuccess) fault_end(&c, &a);
     else t_end(&c);
     t_load_free(&t);
     return r;
 }
 
-/* Destroy with copies in flight and kernels queued on held-then-released
-   slots. Returns the violations: freeing memory queued work still uses. */
-static int scen_destroy_mid_flight(unsigned long long seed, char *msg, size_t size) {
+/* Destroy with two copies in flight on the timing model (150 ms each, so
+   a loaded machine cannot finish the second before the free), nothing
+   delivered. Returns the violations: freeing pinned memory that
+   queued copies still read. */
+static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, size_t size) {
     tload t;
     tcons c;
     pf_config cfg;
-    pf_batch b;
     int v;
-    unsigned saved = t_sim_delay_us;
     t_load_init(&t);
-    t_sim_delay_us = 1500;
     t_begin(&c, seed);
-    cfg = t_config(&t, 400, 4, 1);
+    cudaSimSetTiming(16384 / 0.150);
+    cfg = t_config(&t, 40, 1, 1);
+    cfg.batch_bytes = 16384;
+    cfg.device_slots = 2; /* so at most two copies before a release */
+    cfg.host_slots = 3;
+    pthread_mutex_lock(&copies_mu);
+    copies_issued = 0;
+    pthread_mutex_unlock(&copies_mu);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    mutant_loader = c.l;
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(t_next(&c, &b), PF_OK);
-        t_release(&c, &b);
-    }
-    CHECK_EQ(t_next(&c, &b), PF_OK); /* and one still held */
-    pf_destroy(c.l);
-    mutant_loader = NULL;
+    set_mutant_loader(c.l);
+    CHECK(copies_wait(2));
+    pf_destroy(c.l); /* the first copy ends at 150 ms, the second at 300 */
+    set_mutant_loader(NULL);
     CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
     CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
     v = cudaSimViolations(msg, size);
@@ -330,7 +362,37 @@ static int scen_destroy_mid_flight(unsigned long long seed, char *msg, size_t si
     CHECK_EQ(cudaSimObjectsLive(), 0);
     pthread_mutex_destroy(&c.mu);
     t_load_free(&t);
-    t_sim_delay_us = saved;
+    return v;
+}
+
+/* Destroy while the consumer's 100 ms kernel still reads a released batch
+   (a one-epoch run of two batches, so no later copy waits for it).
+   Returns the violations: freeing device memory the kernel reads. */
+static int scen_destroy_kernel_in_flight(unsigned long long seed, char *msg, size_t size) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    int v;
+    t_load_init(&t);
+    t_begin(&c, seed);
+    cudaSimSetTiming(1e12); /* copies take no time; the kernel its 100 ms */
+    cfg = t_config(&t, 2, 1, 1);
+    cfg.device_slots = 2;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    set_mutant_loader(c.l);
+    CHECK_EQ(pf_next(c.l, &b), PF_OK);
+    CHECK(cudaSimLaunchKernelFor(c.stream, 100000, NULL, NULL, b.data, b.bytes) == cudaSuccess);
+    CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    pf_destroy(c.l);
+    set_mutant_loader(NULL);
+    CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
+    v = cudaSimViolations(msg, size);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    pthread_mutex_destroy(&c.mu);
+    t_load_free(&t);
     return v;
 }
 
@@ -349,11 +411,11 @@ static int scen_host_waits(unsigned long long seed) {
     mutant_consumer = c.stream;
     cfg = t_config(&t, 60, 6, 1);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    mutant_loader = c.l;
+    set_mutant_loader(c.l);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 10);
     n = host_syncs();
-    mutant_loader = NULL;
+    set_mutant_loader(NULL);
     t_close(&t, &c, &r);
     t_sim_delay_us = saved;
     return n;
@@ -374,7 +436,7 @@ static void *torchrun_thread(void *arg) {
     k->last = pf_create(&k->cfg, &k->c->l);
     k->ctx_after_call += cudaSimThreadHasContext();
     if (k->last != PF_OK) return NULL;
-    mutant_loader = k->c->l;
+    set_mutant_loader(k->c->l);
     for (;;) {
         pf_batch b;
         pf_result r = pf_next(k->c->l, &b);
@@ -393,7 +455,7 @@ static void *torchrun_thread(void *arg) {
         k->ctx_after_call += cudaSimThreadHasContext();
     }
     pf_destroy(k->c->l);
-    mutant_loader = NULL;
+    set_mutant_loader(NULL);
     k->ctx_after_call += cudaSimThreadHasContext();
     return NULL;
 }
@@ -447,11 +509,11 @@ static int scen_drain(unsigned long long seed, char *msg, size_t size) {
     cfg.device_slots = 2;
     cfg.host_slots = 3;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    mutant_loader = c.l;
+    set_mutant_loader(c.l);
     t_run_init(&r);
     (void)t_drain(&c, &r, 100000);
     pf_destroy(c.l);
-    mutant_loader = NULL;
+    set_mutant_loader(NULL);
     CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
     CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
     v = cudaSimViolations(msg, size) + c.bad;
@@ -467,8 +529,10 @@ static int mutant_caught(int m, unsigned long long seed, char *msg, size_t size)
     switch (m) {
     case 1: case 2: case 3:
         return scen_drain(seed, msg, size) > 0;
-    case 4: case 5:
-        return scen_destroy_mid_flight(seed, msg, size) > 0;
+    case 4:
+        return scen_destroy_copies_in_flight(seed, msg, size) > 0;
+    case 5:
+        return scen_destroy_kernel_in_flight(seed, msg, size) > 0;
     case 6:
         snprintf(msg, size, "host syncs on the consumer thread: %d", n = scen_host_waits(seed));
         return n > 0;
@@ -513,8 +577,6 @@ static void test_mutants_are_caught(void) {
     }
 }
 
-/* ---- selection ---- */
-
 static int log_n;
 static char log_msg[1024];
 static void t_log(void *user, int level, const char *msg) {
@@ -526,6 +588,472 @@ static void t_log(void *user, int level, const char *msg) {
         snprintf(log_msg + used, sizeof log_msg - used, "%s\n", msg);
     }
 }
+
+/* ---- the documented rules the simulator models (tests/sim/README.md) ---- */
+
+static int hostfn_ran;
+static pthread_mutex_t hostfn_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hostfn_cv = PTHREAD_COND_INITIALIZER;
+static void mark_hostfn(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&hostfn_mu);
+    hostfn_ran = 1;
+    pthread_cond_broadcast(&hostfn_cv);
+    pthread_mutex_unlock(&hostfn_mu);
+}
+/* Bounded wait until mark_hostfn ran (from a host function or a kernel
+   stand-in: neither creates a host edge the test could lean on). */
+static int hostfn_wait(void) {
+    struct timespec dl;
+    int ran;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60;
+    pthread_mutex_lock(&hostfn_mu);
+    while (!hostfn_ran)
+        if (pthread_cond_timedwait(&hostfn_cv, &hostfn_mu, &dl) != 0) break;
+    ran = hostfn_ran;
+    pthread_mutex_unlock(&hostfn_mu);
+    return ran;
+}
+
+/* Sticky errors: after a fault every call answers it, queued work never
+   runs, host functions are never called, syncs answer at once. */
+static void test_rig_sticky_fault(void) {
+    rig r;
+    cudaEvent_t ev;
+    char msg[768];
+    void *other;
+    rig_open(&r, h_seed, 200);
+    memset(r.host, 7, 4096);
+    CHECK(cudaSimLaunchFault(r.consumer) == cudaSuccess);
+    CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess);
+    CHECK(cudaEventRecord(ev, r.consumer) == cudaSuccess);
+    hostfn_ran = 0;
+    CHECK(cudaLaunchHostFunc(r.consumer, mark_hostfn, NULL) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(r.dev, r.host, 4096, cudaMemcpyHostToDevice, r.consumer) == cudaSuccess);
+    /* the sync sees the fault (it does not wait for the record behind it) */
+    CHECK(cudaStreamSynchronize(r.consumer) == cudaErrorIllegalAddress);
+    CHECK(cudaEventSynchronize(ev) == cudaErrorIllegalAddress);
+    CHECK(cudaEventQuery(ev) == cudaErrorIllegalAddress);
+    CHECK(cudaStreamWaitEvent(r.copy, ev, 0) == cudaErrorIllegalAddress);
+    CHECK(cudaEventRecord(ev, r.copy) == cudaErrorIllegalAddress);
+    CHECK(cudaMalloc(&other, 256) == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress); /* not reset by reading it */
+    CHECK(cudaStreamSynchronize(r.copy) == cudaErrorIllegalAddress);
+    CHECK(__atomic_load_n(&hostfn_ran, __ATOMIC_ACQUIRE) == 0); /* never called */
+    CHECK(((unsigned char *)r.dev)[0] == 0xcd);                /* the queued copy never ran */
+    /* frees and destroys answer the error but let go */
+    CHECK(cudaEventDestroy(ev) == cudaErrorIllegalAddress);
+    CHECK(cudaEventDestroy(r.copied) == cudaErrorIllegalAddress);
+    CHECK(cudaEventDestroy(r.released) == cudaErrorIllegalAddress);
+    CHECK(cudaStreamDestroy(r.copy) == cudaErrorIllegalAddress);
+    CHECK(cudaStreamDestroy(r.consumer) == cudaErrorIllegalAddress);
+    CHECK(cudaFree(r.dev) == cudaErrorIllegalAddress);
+    CHECK(cudaFreeHost(r.host) == cudaErrorIllegalAddress);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+}
+
+/* A sync already waiting when another stream faults answers at once. */
+static void *fault_later(void *arg) {
+    gate *g = (gate *)arg;
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+static void test_rig_sync_in_progress_answers_a_fault(void) {
+    rig r;
+    gate g;
+    pthread_t th;
+    rig_open(&r, h_seed, 0);
+    gate_init(&g, 0);
+    /* the copy stream is held by a kernel that waits on the gate; then the
+       consumer stream faults behind a kernel that opens it */
+    CHECK(cudaSimLaunchKernel(r.copy, gate_kernel, &g, NULL, 0) == cudaSuccess);
+    CHECK(cudaEventRecord(r.copied, r.copy) == cudaSuccess);
+    CHECK(cudaSimLaunchFault(r.consumer) == cudaSuccess);
+    /* the gate kernel would hold the copy stream for 60 s; the fault comes
+       first, and the sync must not wait for the gate */
+    CHECK(cudaEventSynchronize(r.copied) == cudaErrorIllegalAddress);
+    pthread_create(&th, NULL, fault_later, &g);
+    pthread_join(th, NULL);
+    cudaEventDestroy(r.copied);
+    cudaEventDestroy(r.released);
+    cudaStreamDestroy(r.copy);
+    cudaStreamDestroy(r.consumer);
+    cudaFree(r.dev);
+    cudaFreeHost(r.host);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+}
+
+static void *fresh_thread_queries(void *arg) {
+    int *out = (int *)arg, n = 0, d = -1;
+    CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n == 2);
+    CHECK(cudaGetDevice(&d) == cudaSuccess && d == 0);
+    out[0] = cudaSimThreadHasContext();
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    out[1] = cudaSimThreadHasContext();
+    return NULL;
+}
+
+/* Primary contexts: cudaSetDevice and any call needing one create it;
+   cudaGetDevice and cudaGetDeviceCount do not. */
+static void test_rig_primary_contexts(void) {
+    pthread_t th;
+    int seen[2] = {-1, -1};
+    void *p;
+    char msg[768];
+    cudaSimReset(h_seed, 0, 2);
+    pthread_create(&th, NULL, fresh_thread_queries, seen);
+    pthread_join(th, NULL);
+    CHECK_EQ(seen[0], 0);
+    CHECK_EQ(seen[1], 1);
+    CHECK_EQ(cudaSimContextCreated(0), 0); /* queries created nothing */
+    CHECK_EQ(cudaSimContextCreated(1), 1);
+    /* a call that needs a context on a thread with none: device 0's, made
+       implicitly (and flagged: the library's threads always set a device) */
+    CHECK(cudaMalloc(&p, 256) == cudaSuccess);
+    CHECK_EQ(cudaSimContextCreated(0), 1);
+    CHECK(cudaSimViolations(msg, sizeof msg) == 1);
+    CHECK_CONTAINS(msg, "never called cudaSetDevice");
+    CHECK(cudaFree(p) == cudaSuccess);
+}
+
+/* Teardown: cudaFree/cudaFreeHost "may" synchronise: the model does not,
+   so a free not ordered after queued or unsynchronised work is flagged. */
+static void test_rig_free_without_sync_is_flagged(void) {
+    for (int variant = 0; variant < 3; variant++) {
+        rig r;
+        char msg[768];
+        int v;
+        rig_open(&r, h_seed, 3000);
+        CHECK(cudaMemcpyAsync(r.dev, r.host, 4096, cudaMemcpyHostToDevice, r.copy) == cudaSuccess);
+        CHECK(cudaEventRecord(r.copied, r.copy) == cudaSuccess);
+        CHECK(cudaStreamWaitEvent(r.consumer, r.copied, 0) == cudaSuccess);
+        CHECK(cudaSimLaunchKernel(r.consumer, noop_kernel, NULL, r.dev, 4096) == cudaSuccess);
+        if (variant == 2) { /* done right: both streams synced before the frees */
+            CHECK(cudaStreamSynchronize(r.copy) == cudaSuccess);
+            CHECK(cudaStreamSynchronize(r.consumer) == cudaSuccess);
+        }
+        if (variant == 0) CHECK(cudaFreeHost(r.host) == cudaSuccess); /* the copy may still read it */
+        else CHECK(cudaFree(r.dev) == cudaSuccess);                    /* the kernel may still read it */
+        v = cudaSimViolations(msg, sizeof msg);
+        if (variant < 2) {
+            CHECKF(v == 1, "variant %d: %d violations", variant, v);
+            CHECK_CONTAINS(msg, "queued operation");
+        } else {
+            CHECKF(v == 0, "%s", msg);
+        }
+        CHECK(cudaStreamSynchronize(r.copy) == cudaSuccess);
+        CHECK(cudaStreamSynchronize(r.consumer) == cudaSuccess);
+        cudaEventDestroy(r.copied);
+        cudaEventDestroy(r.released);
+        cudaStreamDestroy(r.copy);
+        cudaStreamDestroy(r.consumer);
+        if (variant == 0) cudaFree(r.dev);
+        else cudaFreeHost(r.host);
+        if (variant == 2) cudaFreeHost(r.host);
+        CHECK_EQ(cudaSimObjectsLive(), 0);
+    }
+    { /* the kernel ran, but nothing ordered the host after it: a race */
+        rig r;
+        char msg[768];
+        rig_open(&r, h_seed, 0);
+        hostfn_ran = 0;
+        CHECK(cudaSimLaunchKernel(r.consumer, mark_hostfn, NULL, r.dev, 4096) == cudaSuccess);
+        CHECK(hostfn_wait());
+        CHECK(cudaFree(r.dev) == cudaSuccess);
+        CHECK(cudaSimViolations(msg, sizeof msg) == 1);
+        CHECK_CONTAINS(msg, "race: cudaFree by the host");
+        CHECK(cudaStreamSynchronize(r.consumer) == cudaSuccess);
+        cudaEventDestroy(r.copied);
+        cudaEventDestroy(r.released);
+        cudaStreamDestroy(r.copy);
+        cudaStreamDestroy(r.consumer);
+        cudaFreeHost(r.host);
+    }
+}
+
+/* cudaStreamDestroy returns at once with work queued, the work still runs,
+   and a host function whose owner was freed meanwhile is flagged. */
+static void test_rig_stream_destroy_with_queued_host_function(void) {
+    rig r;
+    talloc a;
+    gate g;
+    char msg[768];
+    void *owner;
+    pthread_t th;
+    rig_open(&r, h_seed, 0);
+    t_alloc_init(&a, 0);
+    gate_init(&g, 0);
+    owner = t_alloc(64, &a);
+    CHECK(cudaSimLaunchKernel(r.copy, gate_kernel, &g, NULL, 0) == cudaSuccess);
+    hostfn_ran = 0;
+    CHECK(cudaLaunchHostFunc(r.copy, mark_hostfn, owner) == cudaSuccess);
+    CHECK(cudaStreamDestroy(r.copy) == cudaSuccess); /* returns with both still queued */
+    CHECK_EQ(hostfn_ran, 0);
+    t_free(owner, &a); /* the owner goes while its host function is queued: a bug */
+    pthread_create(&th, NULL, fault_later, &g); /* opens the gate */
+    pthread_join(th, NULL);
+    CHECK(hostfn_wait()); /* the destroyed stream still ran its work */
+    CHECK(cudaSimViolations(msg, sizeof msg) == 1);
+    CHECK_CONTAINS(msg, "freed before it ran");
+    CHECK(cudaStreamSynchronize(r.consumer) == cudaSuccess);
+    cudaEventDestroy(r.copied);
+    cudaEventDestroy(r.released);
+    cudaStreamDestroy(r.consumer);
+    cudaFree(r.dev);
+    cudaFreeHost(r.host);
+}
+
+/* Exclusive-process mode, held by another process: counted, not usable. */
+static void test_rig_exclusive_process_device(void) {
+    int n = 0;
+    cudaSimReset(h_seed, 0, 2);
+    cudaSimSetExclusiveBusy(0, 1);
+    CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n == 2);
+    CHECK(cudaSetDevice(0) == cudaErrorDevicesUnavailable);
+    CHECK_EQ(cudaSimContextCreated(0), 0);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+}
+
+/* The timing model: one H2D engine shared by all streams. A lower bound
+   only (a loaded machine makes it slower, never faster). */
+static void test_rig_timing_model_one_copy_engine(void) {
+    rig r;
+    char msg[768];
+    double t0, dt;
+    rig_open(&r, h_seed, 0);
+    cudaSimSetTiming(4096 / 0.010); /* 4 KiB in 10 ms */
+    t0 = h_now();
+    CHECK(cudaMemcpyAsync(r.dev, r.host, 4096, cudaMemcpyHostToDevice, r.copy) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(r.dev, r.host, 4096, cudaMemcpyHostToDevice, r.consumer) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(r.copy) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(r.consumer) == cudaSuccess);
+    dt = h_now() - t0;
+    CHECKF(dt >= 0.0195, "two 10 ms copies on two streams took %.4f s: they must share one engine", dt);
+    t0 = h_now();
+    CHECK(cudaSimLaunchKernelFor(r.consumer, 20000, NULL, NULL, NULL, 0) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(r.consumer) == cudaSuccess);
+    CHECKF(h_now() - t0 >= 0.0195, "a 20 ms kernel took %.4f s", h_now() - t0);
+    /* the two copies wrote the same bytes unordered: the race detector
+       still runs under the timing model */
+    CHECK(rig_close(&r, msg, sizeof msg) == 1);
+    CHECK_CONTAINS(msg, "race");
+}
+
+/* ---- the library survives device faults, in every pipeline state ---- */
+
+static void test_fault_with_the_ring_full_reaches_pf_next(void) {
+    for (unsigned long long seed = h_seed; seed < h_seed + 3; seed++) {
+        char msg[768];
+        pf_result r = scen_fault_ring_full(seed, msg, sizeof msg);
+        CHECKF(r == PF_ERR_CUDA, "seed %llu: pf_next said %d (%s)", seed, (int)r, msg);
+        CHECK_CONTAINS(msg, "an illegal memory access was encountered");
+        CHECK_CONTAINS(msg, "cudaErrorIllegalAddress");
+    }
+}
+
+/* The pipeline is input-bound (the next load is stuck), the consumer's
+   kernel faults: pf_next notices at the start of its wait. */
+static void test_fault_while_input_bound_reaches_pf_next(void) {
+    tload t;
+    tcons c;
+    talloc a;
+    pf_config cfg;
+    pf_batch b;
+    t_load_init(&t);
+    t.gate_epoch = 0;
+    t.gate_batch = 3;
+    t_begin(&c, h_seed);
+    t_alloc_init(&a, 0);
+    cfg = t_config(&t, 100, 5, 1);
+    cfg.allocator.alloc_fn = t_alloc;
+    cfg.allocator.free_fn = t_free;
+    cfg.allocator.user_data = &a;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(t_next(&c, &b), PF_OK);
+        t_release(&c, &b);
+    }
+    CHECK(cudaSimLaunchFault(c.stream) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(c.stream) == cudaErrorIllegalAddress); /* it has happened */
+    CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA); /* at once: batch 3 is still stuck in load */
+    CHECK_CONTAINS(pf_error(c.l), "pf_next: cuda"); /* the call that answered it: cudaSetDevice may */
+    CHECK_CONTAINS(pf_error(c.l), "illegal memory access");
+    CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA);
+    t_gate_open(&t);
+    pf_destroy(c.l);
+    fault_end(&c, &a);
+    t_load_free(&t);
+}
+
+/* A batch held across the fault; then pf_release and pf_next. */
+static void test_fault_with_a_batch_held_and_during_release(void) {
+    for (int order = 0; order < 2; order++) {
+        tload t;
+        tcons c;
+        pf_config cfg;
+        pf_batch held, b;
+        pf_stats st;
+        t_load_init(&t);
+        t_begin(&c, h_seed + (unsigned)order);
+        cfg = t_config(&t, 100, 5, 1);
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        CHECK_EQ(t_next(&c, &held), PF_OK);
+        CHECK(cudaSimLaunchFault(c.stream) == cudaSuccess);
+        CHECK(cudaStreamSynchronize(c.stream) == cudaErrorIllegalAddress);
+        if (order == 0) { /* pf_next first: the consumer stream's wait fails */
+            CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA);
+            CHECK(b.data == NULL && b.pf__owner == NULL); /* the caller owns nothing new */
+            CHECK_EQ(pf_release(c.l, &held), PF_ERR_CUDA); /* the held batch: its record fails */
+            CHECK_CONTAINS(pf_error(c.l), "pf_release: cuda");
+            CHECK_CONTAINS(pf_error(c.l), "illegal memory access");
+        } else { /* pf_release first */
+            CHECK_EQ(pf_release(c.l, &held), PF_ERR_CUDA);
+            CHECK_CONTAINS(pf_error(c.l), "pf_release: cuda");
+            CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA);
+        }
+        CHECK_EQ(pf_release(c.l, &held), PF_ERR_INVALID_STATE); /* not twice */
+        pf_get_stats(c.l, &st);
+        CHECK_EQ(st.device_held, 0);
+        CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA); /* sticky */
+        pf_destroy(c.l);
+        fault_end(&c, NULL);
+        t_load_free(&t);
+    }
+}
+
+/* When entering the loader's device fails, the message names cudaSetDevice,
+   not the call that would have come next. */
+static void test_messages_name_the_call_that_failed(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 100, 5, 1);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(t_next(&c, &b), PF_OK);
+    cudaSimFailNth("cudaSetDevice", 1, cudaErrorInvalidDevice, 0);
+    CHECK_EQ(pf_release(c.l, &b), PF_ERR_CUDA);
+    CHECK_CONTAINS(pf_error(c.l), "pf_release: cudaSetDevice failed: invalid device ordinal");
+    cudaSimClearFaults();
+    CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA); /* sticky, with the first message */
+    CHECK_CONTAINS(pf_error(c.l), "cudaSetDevice failed");
+    t_end(&c);
+    t_load_free(&t);
+}
+
+/* ---- contexts ---- */
+
+static void test_torchrun_rank_creates_no_context_on_device_0(void) {
+    int batches = 0;
+    CHECK_EQ(scen_torchrun_rank1(h_seed, &batches), 0);
+    CHECK_EQ(batches, 10);
+}
+
+static void test_exclusive_process_device_falls_back_to_host(void) {
+    tload t;
+    pf_config cfg;
+    pf_loader *l = NULL;
+    pf_stats st;
+    t_load_init(&t);
+    cudaSimReset(h_seed, 0, 1);
+    cudaSimSetExclusiveBusy(0, 1);
+    cfg = t_config(&t, 50, 5, 1);
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE); /* asked for CUDA: a clear error */
+    CHECK_CONTAINS(pf_error(NULL), "cudaSetDevice(0)");
+    CHECK_CONTAINS(pf_error(NULL), "cudaErrorDevicesUnavailable");
+    cfg.backend = PF_BACKEND_DEFAULT; /* the default falls back, and says why */
+    cfg.log = t_log;
+    log_n = 0;
+    log_msg[0] = '\0';
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    CHECK_CONTAINS(log_msg, "cudaErrorDevicesUnavailable");
+    CHECK_CONTAINS(log_msg, "using the host backend");
+    pf_get_stats(l, &st);
+    CHECK_EQ(st.backend, PF_BACKEND_HOST);
+    pf_destroy(l);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+    t_load_free(&t);
+}
+
+/* ---- the verdict on the timing model ---- */
+
+typedef struct regime {
+    unsigned load_us, kernel_us;
+    size_t bytes;
+} regime;
+
+static int regime_load(void *user, pf_job *job) {
+    const regime *g = (const regime *)user;
+    if (g->load_us) t_sleep_us(g->load_us);
+    cudaSimHostWrite(job->host, job->capacity);
+    memset(job->host, (int)(job->batch & 0xff), 64);
+    job->bytes = job->capacity;
+    return 0;
+}
+
+static pf_bound run_regime(const regime *g, pf_stats *st) {
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    int n = 0;
+    t_begin(&c, h_seed);
+    cudaSimSetTiming(1e9); /* 1 GB/s: a modelled copy takes bytes ns */
+    memset(&cfg, 0, sizeof cfg);
+    cfg.load = regime_load;
+    cfg.user = (void *)g;
+    cfg.num_samples = 48;
+    cfg.batch_size = 1;
+    cfg.batch_bytes = g->bytes;
+    cfg.epochs = 1;
+    cfg.num_workers = 2;
+    cfg.backend = PF_BACKEND_CUDA;
+    cfg.timeout_ms = T_WAIT_MS;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    while (pf_next(c.l, &b) == PF_OK) {
+        CHECK(cudaSimLaunchKernelFor(c.stream, g->kernel_us, NULL, NULL, b.data, b.bytes) == cudaSuccess);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        n++;
+    }
+    CHECK_EQ(n, 48);
+    pf_get_stats(c.l, st);
+    t_end(&c);
+    return st->bound;
+}
+
+static void test_verdict_right_in_three_modelled_regimes(void) {
+    /* each regime's limit is 10x the others, so scheduling noise on a
+       loaded machine cannot flip it */
+    static const struct {
+        regime g;
+        pf_bound want;
+        const char *name;
+    } cases[] = {
+        {{0, 8000, 64 << 10}, PF_BOUND_COMPUTE, "compute-bound (8 ms kernels, 64 us copies)"},
+        {{0, 300, 8 << 20}, PF_BOUND_COPY, "copy-bound (8 ms copies, 0.3 ms kernels)"},
+        {{16000, 300, 64 << 10}, PF_BOUND_INPUT, "input-bound (16 ms loads on 2 workers, 0.3 ms kernels)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pf_stats st;
+        pf_bound got = run_regime(&cases[i].g, &st);
+        CHECKF(got == cases[i].want, "%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
+               cases[i].name, st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s, st.elapsed_s);
+        if (h_verbose)
+            printf("    %s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name, st.verdict,
+                   st.wait_input_s, st.wait_copy_s, st.wait_gpu_s, st.elapsed_s);
+    }
+}
+
+/* ---- selection ---- */
 
 static void test_no_device(void) {
     tload t;
@@ -689,12 +1217,12 @@ static void test_memory_exact_and_flags(void) {
     CHECK_EQ(cudaSimBytesLive(), 5 * 1024 + 3 * 1024);
     CHECK_EQ(cudaSimCalls("cudaHostAlloc"), 1);
     CHECK_EQ(cudaSimCalls("cudaMalloc"), 1);
-    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + 5 + 1); /* copied, released; hdone; drain */
+    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + 2 * 5 + 1); /* copied, released; hdone, cstart; drain */
     CHECK_EQ(cudaSimCalls("cudaStreamCreateWithFlags"), 2); /* ours (the test's) and the copy stream */
     CHECK_EQ(cudaSimLastFlags("cudaStreamCreateWithFlags"), cudaStreamNonBlocking);
     /* per-batch events only ever waited on by streams or queried: no
        BlockingSync; the ones a host thread sleeps on: BlockingSync */
-    CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming), 2 * 3);
+    CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming), 2 * 3 + 5);
     CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming | cudaEventBlockingSync), 5 + 1);
     CHECK_EQ(cudaSimLastFlags("cudaHostAlloc"), cudaHostAllocDefault);
     pf_destroy(c.l);
@@ -963,7 +1491,21 @@ static const h_test tests[] = {
     {"rig_flags_copy_before_release", test_rig_flags_copy_before_release},
     {"rig_flags_refill_during_dma", test_rig_flags_refill_during_dma},
     {"rig_flags_pageable_source", test_rig_flags_pageable_source_and_missing_set_device},
+    {"rig_sticky_fault", test_rig_sticky_fault},
+    {"rig_sync_in_progress_answers_a_fault", test_rig_sync_in_progress_answers_a_fault},
+    {"rig_primary_contexts", test_rig_primary_contexts},
+    {"rig_free_without_sync_is_flagged", test_rig_free_without_sync_is_flagged},
+    {"rig_stream_destroy_with_queued_work", test_rig_stream_destroy_with_queued_host_function},
+    {"rig_exclusive_process_device", test_rig_exclusive_process_device},
+    {"rig_timing_model_one_copy_engine", test_rig_timing_model_one_copy_engine},
     {"mutants_are_caught", test_mutants_are_caught},
+    {"fault_with_the_ring_full", test_fault_with_the_ring_full_reaches_pf_next},
+    {"fault_while_input_bound", test_fault_while_input_bound_reaches_pf_next},
+    {"fault_with_a_batch_held_and_during_release", test_fault_with_a_batch_held_and_during_release},
+    {"messages_name_the_call_that_failed", test_messages_name_the_call_that_failed},
+    {"torchrun_rank_no_context_on_device_0", test_torchrun_rank_creates_no_context_on_device_0},
+    {"exclusive_process_device_falls_back", test_exclusive_process_device_falls_back_to_host},
+    {"verdict_right_in_three_modelled_regimes", test_verdict_right_in_three_modelled_regimes},
     {"no_device", test_no_device},
     {"device_out_of_range", test_device_out_of_range},
     {"second_device_and_caller_device_kept", test_second_device_and_caller_device_kept},

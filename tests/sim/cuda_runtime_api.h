@@ -83,6 +83,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
+cudaError_t cudaEventCreate(cudaEvent_t *event);
+/* On the timing model: the modelled time between two completed records of
+   timing-enabled events. */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventQuery(cudaEvent_t event);
@@ -153,6 +157,10 @@ int cudaSimThreadCalls(const char *fn);
    the real times they were enqueued, and the stream threads sleep until
    it. 0 turns it off (random delays again). */
 void cudaSimSetTiming(double h2d_bytes_per_s);
+/* For benchmarks on the timing model: copies move no bytes and no access
+   is race-checked (per-byte work would make the simulator slower than the
+   modelled copy engine). Ordering, faults and timing stay modelled. */
+void cudaSimTimingOnly(int on);
 /* The device is in cudaComputeModeExclusiveProcess and another process
    holds it: cudaSetDevice fails, cudaGetDeviceCount still counts it. */
 void cudaSimSetExclusiveBusy(int device, int busy);

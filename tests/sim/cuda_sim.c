@@ -143,6 +143,7 @@ static struct {
     char ctx_handle[MAXDEV];      /* addresses that serve as CUcontext */
     unsigned gen;                 /* bumps at each reset               */
     double bw;                    /* timing model: H2D bytes/s, 0 off  */
+    int timing_only;              /* copies move no bytes, no shadow   */
     double engine_free, compute_free[MAXDEV];
     alloc *zombies;               /* freed while queued work used them */
     struct CUevent_st *events;    /* live (not destroyed) events        */
@@ -273,7 +274,7 @@ static alloc *find_alloc(const void *p, size_t n) {
 /* One access by entity `ent` whose clock is `vc` (lock held). */
 static void shadow(alloc *a, const void *p, size_t n, int ent, const vclock *vc, int write, const char *what) {
     size_t off, first, last;
-    if (!a || n == 0) return;
+    if (!a || n == 0 || g.timing_only) return;
     off = (size_t)((const unsigned char *)p - a->base);
     first = off / CELL;
     last = (off + n - 1) / CELL;
@@ -435,7 +436,7 @@ static void *stream_main(void *arg) {
             shadow(o->asrc, o->src, o->n, s->id, &s->vc, 0, "cudaMemcpyAsync's read");
             shadow(o->adst, o->dst, o->n, s->id, &s->vc, 1, "cudaMemcpyAsync's write");
             pthread_mutex_unlock(&g.mu);
-            if (o->n) memcpy(o->dst, o->src, o->n);
+            if (o->n && !g.timing_only) memcpy(o->dst, o->src, o->n);
             pthread_mutex_lock(&g.mu);
             if (o->asrc) o->asrc->pending--;
             if (o->adst) o->adst->pending--;
@@ -474,10 +475,10 @@ static void *stream_main(void *arg) {
             break;
         case OP_KERNEL:
             shadow(o->asrc, o->src, o->n, s->id, &s->vc, 0, "a kernel's read");
+            if (o->asrc) o->asrc->pending--; /* its read is in the shadow now */
             pthread_mutex_unlock(&g.mu);
             o->fn(o->arg);
             pthread_mutex_lock(&g.mu);
-            if (o->asrc) o->asrc->pending--;
             break;
         case OP_FAULT:
             /* the device's context takes the sticky error; everyone waiting
@@ -858,6 +859,24 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags) {
     END(cudaSuccess);
 }
 
+cudaError_t cudaEventCreate(cudaEvent_t *pe) { return cudaEventCreateWithFlags(pe, cudaEventDefault); }
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    pthread_mutex_lock(&g.mu);
+    if (!ms || !a || !b || a->destroyed || b->destroyed || (a->flags & cudaEventDisableTiming) ||
+        (b->flags & cudaEventDisableTiming)) {
+        pthread_mutex_unlock(&g.mu);
+        return ret(cudaErrorInvalidResourceHandle);
+    }
+    if (!a->gen_enq || !b->gen_enq || a->gen_done < a->gen_enq || b->gen_done < b->gen_enq) {
+        pthread_mutex_unlock(&g.mu);
+        return ret(cudaErrorNotReady);
+    }
+    *ms = (float)((b->hist[b->gen_enq % HIST].vt - a->hist[a->gen_enq % HIST].vt) * 1e3);
+    pthread_mutex_unlock(&g.mu);
+    return cudaSuccess;
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     BEGIN(F_EventDestroy)
     if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
@@ -866,7 +885,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     for (struct CUevent_st **pp = &g.events; *pp; pp = &(*pp)->next_live)
         if (*pp == ev) {
             *pp = ev->next_live;
-            event_unref(ev);
+            ev->refs--; /* the live list's reference; the caller's goes below */
             break;
         }
     event_unref(ev);
@@ -1055,6 +1074,12 @@ void cudaSimSetTiming(double bw) {
     pthread_mutex_unlock(&g.mu);
 }
 
+void cudaSimTimingOnly(int on) {
+    pthread_mutex_lock(&g.mu);
+    g.timing_only = on;
+    pthread_mutex_unlock(&g.mu);
+}
+
 void cudaSimSetExclusiveBusy(int device, int busy) {
     pthread_mutex_lock(&g.mu);
     if (device >= 0 && device < MAXDEV) g.busy[device] = busy;
@@ -1171,6 +1196,7 @@ void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_cou
     g.nfreed = 0;
     g.gen++;
     g.bw = 0;
+    g.timing_only = 0;
     g.engine_free = 0;
     memset(g.compute_free, 0, sizeof g.compute_free);
     tls_ctx = tls_dev = -1;
