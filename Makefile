@@ -46,7 +46,7 @@ SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan 
 COMPILE_TESTS := $(B)/strict_gcc $(B)/strict_clang $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
 HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch
-CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu \
+CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu \
 	$(B)/gpu_bench $(B)/demo_cuda
 
 ALL_TESTS := $(HOST_TESTS) $(SIM_TESTS) $(COMPILE_TESTS) $(RELIABILITY) $(HOST_EXAMPLES)
@@ -152,6 +152,9 @@ $(B)/real_cxx: tests/test_real.c $(THDR)
 $(B)/real_nvtx: tests/test_real.c $(THDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) -DPREFETCH_CUDA -DPREFETCH_NVTX $(CUDA_INC) $< -o $@ $(CUDA_LIB) -lpthread -ldl
+$(B)/real_gpu: tests/test_real_gpu.cu $(THDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
 $(B)/nvcc_impl: tests/compile/nvcc_impl.cu $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $< -o $@

@@ -60,6 +60,16 @@ static int load(void *user, pf_job *job) {
 }
 
 #ifdef __CUDACC__
+/* Every CUDA call checked: a failure ends the demo with its message. */
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t ck_ = (call);                                                                            \
+        if (ck_ != cudaSuccess) {                                                                            \
+            fprintf(stderr, "demo: %s failed: %s\n", #call, cudaGetErrorString(ck_));                         \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
 /* The training step on the GPU: read the batch, then hold the GPU for
    step_ns, as a fixed-size model would. */
 __global__ void step_kernel(const unsigned char *data, size_t n, unsigned long long step_ns, unsigned *sink) {
@@ -94,7 +104,7 @@ static double naive_loop(const opts *o, const job_cfg *jc, bool gpu, void *strea
     volatile unsigned acc = 0;
     double t0;
 #ifdef __CUDACC__
-    if (gpu) cudaHostAlloc((void **)&host, bytes, cudaHostAllocDefault);
+    if (gpu) CK(cudaHostAlloc((void **)&host, bytes, cudaHostAllocDefault));
     else
 #endif
         host = (unsigned char *)malloc(bytes);
@@ -105,10 +115,11 @@ static double naive_loop(const opts *o, const job_cfg *jc, bool gpu, void *strea
 #ifdef __CUDACC__
         if (gpu) {
             cudaStream_t s = (cudaStream_t)stream;
-            cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s);
+            CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s));
             step_kernel<<<1, 256, 0, s>>>((const unsigned char *)dev, bytes,
                                           (unsigned long long)(o->step_ms * 1e6), sink);
-            cudaStreamSynchronize(s); /* the naive loop reuses its one buffer */
+            CK(cudaGetLastError());
+            CK(cudaStreamSynchronize(s)); /* the naive loop reuses its one buffer */
             continue;
         }
 #endif
@@ -116,7 +127,7 @@ static double naive_loop(const opts *o, const job_cfg *jc, bool gpu, void *strea
     }
     t0 = now_s() - t0;
 #ifdef __CUDACC__
-    if (gpu) cudaFreeHost(host);
+    if (gpu) CK(cudaFreeHost(host));
     else
 #endif
         free(host);
@@ -162,16 +173,20 @@ static double prefetched_loop(const opts *o, job_cfg *jc, void *stream, unsigned
             exit(1);
         }
 #ifdef __CUDACC__
-        if (*gpu)
+        if (*gpu) {
             step_kernel<<<1, 256, 0, (cudaStream_t)stream>>>((const unsigned char *)b.data, b.bytes,
                                                              (unsigned long long)(o->step_ms * 1e6), sink);
-        else
+            CK(cudaGetLastError());
+        } else
 #endif
             acc += host_step((const unsigned char *)b.data, b.bytes, o->step_ms);
-        pf_release(l, &b); /* CUDA: an event, no host wait */
+        if (pf_release(l, &b) != PF_OK) { /* CUDA: an event, no host wait */
+            fprintf(stderr, "pf_release: %s\n", pf_error(l));
+            exit(1);
+        }
     }
 #ifdef __CUDACC__
-    if (*gpu) cudaStreamSynchronize((cudaStream_t)stream);
+    if (*gpu) CK(cudaStreamSynchronize((cudaStream_t)stream));
 #endif
     t0 = now_s() - t0;
     pf_get_stats(l, stats);
@@ -213,10 +228,16 @@ int main(int argc, char **argv) {
         (void)cudaGetLastError();
         if (cuda_ok) {
             cudaStream_t s;
-            cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+            CK(cudaSetDevice(0));
+            CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
             stream = s;
-            cudaMalloc(&dev, (size_t)BATCH * SAMPLE_BYTES);
-            cudaMalloc((void **)&sink, sizeof(unsigned));
+            CK(cudaMalloc(&dev, (size_t)BATCH * SAMPLE_BYTES));
+            CK(cudaMalloc((void **)&sink, sizeof(unsigned)));
+            /* warm-up, untimed: the first launch loads the module (and JIT-
+               compiles PTX on a GPU newer than the build's architectures) */
+            step_kernel<<<1, 256, 0, s>>>((const unsigned char *)dev, 0, 0, sink);
+            CK(cudaGetLastError());
+            CK(cudaStreamSynchronize(s));
         }
     }
 #endif
@@ -224,6 +245,11 @@ int main(int argc, char **argv) {
            "training step %.1f ms per batch\n",
            (unsigned)o.batches, BATCH, SAMPLE_BYTES / 1024, o.load_ms, o.step_ms);
     fast = prefetched_loop(&o, &jc, stream, sink, &st, &gpu);
+    if (!gpu && getenv("REQUIRE_GPU") && !strcmp(getenv("REQUIRE_GPU"), "1")) {
+        fprintf(stderr, "demo: REQUIRE_GPU=1 but the loader fell back to the host backend (no usable GPU, or a "
+                        "driver too old for this CUDA runtime)\n");
+        return 1;
+    }
     naive = naive_loop(&o, &jc, gpu && cuda_ok, stream, dev, sink);
     printf("backend: %s\n", gpu ? "CUDA (step = a GPU kernel; copies on a side stream)"
                                 : "host (no usable GPU in this build or machine; step = host wait)");
@@ -236,9 +262,9 @@ int main(int argc, char **argv) {
     printf("  at the end of the prefetched loop: %s\n", line);
 #ifdef __CUDACC__
     if (cuda_ok) {
-        cudaFree(dev);
-        cudaFree(sink);
-        cudaStreamDestroy((cudaStream_t)stream);
+        CK(cudaFree(dev));
+        CK(cudaFree(sink));
+        CK(cudaStreamDestroy((cudaStream_t)stream));
     }
 #endif
     free(dataset);

@@ -4,17 +4,29 @@
 // here; across nodes, combine with pf_shard_from_env). A training thread
 // per GPU drives its loader; the loaders share nothing.
 //
-// Build: nvcc -O2 examples/multi_gpu.cu -o multi_gpu && ./multi_gpu
+// Build: nvcc -O2 -arch=native examples/multi_gpu.cu -o multi_gpu && ./multi_gpu
 // Without a GPU the loaders fall back to the host backend (two of them),
-// so the structure still runs.
+// so the structure still runs; REQUIRE_GPU=1 makes that a failure. It
+// checks what it prints: the values summed on each GPU equal what the
+// batches' indices say they hold, and every epoch covers the dataset.
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { SAMPLE = 1024, BATCH = 128 };
+enum { SAMPLE = 1024, BATCH = 128, N = 100000, EPOCHS = 2 };
+
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t ck_ = (call);                                                                            \
+        if (ck_ != cudaSuccess) {                                                                            \
+            fprintf(stderr, "multi_gpu: %s failed: %s (line %d)\n", #call, cudaGetErrorString(ck_), __LINE__); \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
 
 static int load(void *user, pf_job *job) {
     float *x = (float *)job->host;
@@ -33,9 +45,11 @@ __global__ void sum_kernel(const float *x, size_t n, double *out) {
 
 typedef struct gpu {
     int device, devices;
-    bool cuda;
-    double sum;
-    unsigned long long batches;
+    bool cuda, ok;
+    double sum;            /* every value of every batch, summed where it was read */
+    double index_sum;      /* what that must be: sum of the batches' indices       */
+    unsigned long long batches, samples;
+    unsigned char *seen;   /* per epoch, per sample: delivered on this loader      */
     char line[256];
 } gpu;
 
@@ -46,17 +60,17 @@ static void *train(void *arg) {
     pf_config cfg;
     pf_loader *l;
     if (g->cuda) {
-        cudaSetDevice(g->device);
-        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-        cudaMalloc((void **)&dsum, sizeof(double));
-        cudaMemsetAsync(dsum, 0, sizeof(double), stream);
+        CK(cudaSetDevice(g->device));
+        CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        CK(cudaMalloc((void **)&dsum, sizeof(double)));
+        CK(cudaMemsetAsync(dsum, 0, sizeof(double), stream));
     }
     memset(&cfg, 0, sizeof cfg);
     cfg.load = load;
-    cfg.num_samples = 100000;
+    cfg.num_samples = N;
     cfg.batch_size = BATCH;
     cfg.batch_bytes = (size_t)BATCH * SAMPLE;
-    cfg.epochs = 2;
+    cfg.epochs = EPOCHS;
     cfg.shuffle = true;
     cfg.rank = (uint32_t)g->device; // a disjoint share per GPU
     cfg.world_size = (uint32_t)g->devices;
@@ -70,31 +84,51 @@ static void *train(void *arg) {
         pf_batch b;
         pf_result r = pf_next(l, &b);
         if (r == PF_END_OF_EPOCH) continue;
-        if (r != PF_OK) break;
-        if (g->cuda)
+        if (r != PF_OK) {
+            if (r != PF_END_OF_DATA) fprintf(stderr, "GPU %d: %s\n", g->device, pf_error(l));
+            g->ok = r == PF_END_OF_DATA;
+            break;
+        }
+        for (uint32_t s = 0; s < b.count; s++) {
+            g->index_sum += (double)b.indices[s];
+            g->seen[b.epoch * N + b.indices[s]] = 1;
+        }
+        g->samples += b.count;
+        if (g->cuda) {
             sum_kernel<<<1, 256, 0, stream>>>((const float *)b.data, b.bytes / sizeof(float), dsum);
-        else
+            CK(cudaGetLastError());
+        } else {
             for (size_t i = 0; i < b.bytes / sizeof(float); i++) g->sum += ((const float *)b.data)[i];
-        pf_release(l, &b);
+        }
+        if (pf_release(l, &b) != PF_OK) {
+            fprintf(stderr, "GPU %d: pf_release: %s\n", g->device, pf_error(l));
+            g->ok = false;
+            break;
+        }
         g->batches++;
     }
     if (g->cuda) {
-        cudaMemcpyAsync(&g->sum, dsum, sizeof(double), cudaMemcpyDeviceToHost, stream);
-        cudaStreamSynchronize(stream);
+        CK(cudaMemcpyAsync(&g->sum, dsum, sizeof(double), cudaMemcpyDeviceToHost, stream));
+        CK(cudaStreamSynchronize(stream));
     }
     pf_stats_format(l, g->line, sizeof g->line);
     pf_destroy(l);
     if (g->cuda) {
-        cudaFree(dsum);
-        cudaStreamDestroy(stream);
+        CK(cudaFree(dsum));
+        CK(cudaStreamDestroy(stream));
     }
     return NULL;
 }
 
 int main() {
-    int n = 0;
+    int n = 0, bad = 0;
     bool cuda = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
     (void)cudaGetLastError();
+    if (!cuda && getenv("REQUIRE_GPU") && !strcmp(getenv("REQUIRE_GPU"), "1")) {
+        fprintf(stderr, "multi_gpu: REQUIRE_GPU=1 but no usable GPU (no device, or a driver too old for this "
+                        "CUDA runtime)\n");
+        return 1;
+    }
     if (!cuda) n = 2; // two host loaders show the same structure
     if (n > 16) n = 16;
     gpu g[16];
@@ -104,16 +138,33 @@ int main() {
         g[d].device = d;
         g[d].devices = n;
         g[d].cuda = cuda;
+        g[d].seen = (unsigned char *)calloc((size_t)EPOCHS * N, 1);
         pthread_create(&th[d], NULL, train, &g[d]);
     }
-    double total = 0;
+    double total = 0, expect = 0;
+    unsigned long long samples = 0, per_rank = (N + (unsigned long long)n - 1) / (unsigned long long)n;
     for (int d = 0; d < n; d++) {
         pthread_join(th[d], NULL);
         printf("%s %d: %llu batches; %s\n", cuda ? "GPU" : "host loader", d, g[d].batches, g[d].line);
         total += g[d].sum;
+        expect += g[d].index_sum * (SAMPLE / sizeof(float));
+        samples += g[d].samples;
+        bad += !g[d].ok;
     }
-    // each epoch visits every sample once across the loaders (with padding when n does not divide it)
-    printf("sum of every value seen: %.0f (one epoch of 0..99999, twice, is %.0f)\n", total,
-           2.0 * (SAMPLE / sizeof(float)) * (99999.0 * 100000.0 / 2));
-    return 0;
+    // every sample of every epoch reached some loader (padding repeats a few when n does not divide N)
+    for (size_t i = 0; i < (size_t)EPOCHS * N; i++) {
+        unsigned char any = 0;
+        for (int d = 0; d < n; d++) any |= g[d].seen[i];
+        if (!any) {
+            fprintf(stderr, "multi_gpu: epoch %zu sample %zu was never delivered\n", i / N, i % N);
+            bad++;
+            break;
+        }
+    }
+    for (int d = 0; d < n; d++) free(g[d].seen);
+    printf("sum of every value seen: %.0f; the batches' indices say %.0f; %llu samples (expected %llu)\n", total,
+           expect, samples, (unsigned long long)EPOCHS * per_rank * (unsigned long long)n);
+    if (total != expect || samples != (unsigned long long)EPOCHS * per_rank * (unsigned long long)n) bad++;
+    if (bad) fprintf(stderr, "multi_gpu: FAILED\n");
+    return bad ? 1 : 0;
 }

@@ -6,9 +6,11 @@
 // float32 bytes cross the bus; the slot is released as soon as that kernel is
 // queued (an event, not a sync), and a linear model takes an SGD step. The
 // loader's stats and verdict are printed at the end. Without a GPU the loader
-// falls back to the host backend and the same model trains on the CPU.
+// falls back to the host backend and the same model trains on the CPU;
+// REQUIRE_GPU=1 makes that fallback a failure. Every CUDA call is checked,
+// and the run fails unless the loss went down.
 //
-// Build: nvcc -O2 examples/train_cuda.cu -o train_cuda && ./train_cuda [--quick]
+// Build: nvcc -O2 -arch=native examples/train_cuda.cu -o train_cuda && ./train_cuda [--quick]
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 
@@ -16,6 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t ck_ = (call);                                                                            \
+        if (ck_ != cudaSuccess) {                                                                            \
+            fprintf(stderr, "train_cuda: %s failed: %s (line %d)\n", #call, cudaGetErrorString(ck_), __LINE__); \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
 
 enum { PIX = 32 * 32 * 3, CLASSES = 10, BATCH = 256 };
 // slot: BATCH images of PIX bytes, then BATCH labels
@@ -134,17 +145,23 @@ int main(int argc, char **argv) {
     float first_loss = 0, last_loss = 0;
     (void)cudaGetLastError();
     if (gpu) {
-        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-        cudaMalloc((void **)&x, sizeof(float) * BATCH * PIX);
-        cudaMalloc((void **)&y, BATCH);
-        cudaMalloc((void **)&w, sizeof(float) * CLASSES * PIX);
-        cudaMalloc((void **)&bias, sizeof(float) * CLASSES);
-        cudaMalloc((void **)&logits, sizeof(float) * BATCH * CLASSES);
-        cudaMalloc((void **)&dloss, sizeof(float));
-        cudaMalloc((void **)&dcorrect, sizeof(unsigned));
-        cudaMemsetAsync(w, 0, sizeof(float) * CLASSES * PIX, stream);
-        cudaMemsetAsync(bias, 0, sizeof(float) * CLASSES, stream);
+        CK(cudaSetDevice(0));
+        CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        CK(cudaMalloc((void **)&x, sizeof(float) * BATCH * PIX));
+        CK(cudaMalloc((void **)&y, BATCH));
+        CK(cudaMalloc((void **)&w, sizeof(float) * CLASSES * PIX));
+        CK(cudaMalloc((void **)&bias, sizeof(float) * CLASSES));
+        CK(cudaMalloc((void **)&logits, sizeof(float) * BATCH * CLASSES));
+        CK(cudaMalloc((void **)&dloss, sizeof(float)));
+        CK(cudaMalloc((void **)&dcorrect, sizeof(unsigned)));
+        CK(cudaMemsetAsync(w, 0, sizeof(float) * CLASSES * PIX, stream));
+        CK(cudaMemsetAsync(bias, 0, sizeof(float) * CLASSES, stream));
     } else {
+        if (getenv("REQUIRE_GPU") && !strcmp(getenv("REQUIRE_GPU"), "1")) {
+            fprintf(stderr, "train_cuda: REQUIRE_GPU=1 but no usable GPU (no device, or a driver too old for "
+                            "this CUDA runtime)\n");
+            return 1;
+        }
         x = (float *)malloc(sizeof(float) * BATCH * PIX);
         w = (float *)calloc(CLASSES * PIX, sizeof(float));
         bias = (float *)calloc(CLASSES, sizeof(float));
@@ -167,11 +184,19 @@ int main(int argc, char **argv) {
     }
     printf("train_cuda: %u images of 32x32x3 uint8, batches of %d, %u epochs, on the %s\n", samples, BATCH, epochs,
            gpu ? "GPU (uint8 over the bus, normalised on the device)" : "CPU (no usable GPU: host backend)");
+    {
+        pf_stats st0;
+        pf_get_stats(l, &st0);
+        if (gpu && st0.backend != PF_BACKEND_CUDA) { /* the runtime said yes, the loader no */
+            fprintf(stderr, "train_cuda: a GPU is visible but the loader is on the host backend\n");
+            return 1;
+        }
+    }
     double loss = 0;
-    unsigned correct = 0, seen = 0;
+    unsigned correct = 0, seen = 0, epoch = 0;
     if (gpu) {
-        cudaMemsetAsync(dloss, 0, sizeof(float), stream);
-        cudaMemsetAsync(dcorrect, 0, sizeof(unsigned), stream);
+        CK(cudaMemsetAsync(dloss, 0, sizeof(float), stream));
+        CK(cudaMemsetAsync(dcorrect, 0, sizeof(unsigned), stream));
     }
     for (;;) {
         pf_batch b;
@@ -179,16 +204,17 @@ int main(int argc, char **argv) {
         if (r == PF_END_OF_EPOCH) {
             if (gpu) { // one sync per epoch, to print
                 float fl;
-                cudaMemcpyAsync(&fl, dloss, sizeof fl, cudaMemcpyDeviceToHost, stream);
-                cudaMemcpyAsync(&correct, dcorrect, sizeof correct, cudaMemcpyDeviceToHost, stream);
-                cudaStreamSynchronize(stream);
+                CK(cudaMemcpyAsync(&fl, dloss, sizeof fl, cudaMemcpyDeviceToHost, stream));
+                CK(cudaMemcpyAsync(&correct, dcorrect, sizeof correct, cudaMemcpyDeviceToHost, stream));
+                CK(cudaStreamSynchronize(stream));
                 loss = fl;
-                cudaMemsetAsync(dloss, 0, sizeof(float), stream);
-                cudaMemsetAsync(dcorrect, 0, sizeof(unsigned), stream);
+                CK(cudaMemsetAsync(dloss, 0, sizeof(float), stream));
+                CK(cudaMemsetAsync(dcorrect, 0, sizeof(unsigned), stream));
             }
             last_loss = (float)(loss / seen);
             if (first_loss == 0) first_loss = last_loss;
-            printf("  epoch %u: loss %.4f, accuracy %.1f%%\n", (unsigned)b.epoch, last_loss, 100.0 * correct / seen);
+            // b is zeroed on anything but PF_OK: the epoch is our own count
+            printf("  epoch %u: loss %.4f, accuracy %.1f%%\n", epoch++, last_loss, 100.0 * correct / seen);
             loss = 0;
             correct = seen = 0;
             continue;
@@ -201,17 +227,28 @@ int main(int argc, char **argv) {
         seen += b.count;
         if (gpu) {
             size_t n = (size_t)b.count * PIX;
+            uint32_t count = b.count;
             normalise<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>((const unsigned char *)b.data, b.count, x, y);
-            pf_release(l, &b); // the slot's bytes are in x now: the next copy may start
-            forward<<<b.count, 32, 0, stream>>>(x, w, bias, b.count, logits);
-            softmax_grad<<<(b.count + 127) / 128, 128, 0, stream>>>(logits, y, b.count, dloss, dcorrect);
-            update<<<(CLASSES * PIX + 255) / 256, 256, 0, stream>>>(x, logits, b.count, lr, w, bias);
+            CK(cudaGetLastError());
+            if (pf_release(l, &b) != PF_OK) { // the slot's bytes are in x now: the next copy may start
+                fprintf(stderr, "pf_release: %s\n", pf_error(l));
+                return 1;
+            }
+            forward<<<count, 32, 0, stream>>>(x, w, bias, count, logits);
+            CK(cudaGetLastError());
+            softmax_grad<<<(count + 127) / 128, 128, 0, stream>>>(logits, y, count, dloss, dcorrect);
+            CK(cudaGetLastError());
+            update<<<(CLASSES * PIX + 255) / 256, 256, 0, stream>>>(x, logits, count, lr, w, bias);
+            CK(cudaGetLastError());
         } else {
             cpu_step((const unsigned char *)b.data, b.count, lr, w, bias, x, &loss, &correct);
-            pf_release(l, &b);
+            if (pf_release(l, &b) != PF_OK) {
+                fprintf(stderr, "pf_release: %s\n", pf_error(l));
+                return 1;
+            }
         }
     }
-    if (gpu) cudaStreamSynchronize(stream);
+    if (gpu) CK(cudaStreamSynchronize(stream));
     pf_stats st;
     pf_get_stats(l, &st);
     printf("loader: %llu batches, %.1f MB delivered%s; consumer waited %.1f%% of %.2f s; %s\n",
@@ -219,10 +256,16 @@ int main(int argc, char **argv) {
            st.elapsed_s > 0 ? 100 * st.wait_s / st.elapsed_s : 0.0, st.elapsed_s, st.verdict);
     pf_destroy(l);
     if (gpu) {
-        cudaFree(x); cudaFree(y); cudaFree(w); cudaFree(bias); cudaFree(logits); cudaFree(dloss); cudaFree(dcorrect);
-        cudaStreamDestroy(stream);
+        CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(w)); CK(cudaFree(bias)); CK(cudaFree(logits));
+        CK(cudaFree(dloss)); CK(cudaFree(dcorrect));
+        CK(cudaStreamDestroy(stream));
     } else {
         free(x); free(w); free(bias);
+    }
+    if (epoch != epochs || st.batches != (unsigned long long)epochs * ((samples + BATCH - 1) / BATCH)) {
+        fprintf(stderr, "train_cuda: %u epochs and %llu batches, expected %u and %u\n", epoch,
+                (unsigned long long)st.batches, epochs, epochs * ((samples + BATCH - 1) / BATCH));
+        return 1;
     }
     if (!(last_loss < first_loss)) {
         fprintf(stderr, "the loss did not go down (%.4f -> %.4f)\n", first_loss, last_loss);

@@ -91,6 +91,7 @@ if [ "$HAVE_CUDA" = "1" ]; then
     step "gcc -DPREFETCH_CUDA -lcudart" $B/real_gcc
     step "g++ -DPREFETCH_CUDA -lcudart" $B/real_cxx
     step "gcc -DPREFETCH_NVTX -lcudart" $B/real_nvtx
+    step "nvcc real-GPU overlap suite"  $B/real_gpu
     step "nvcc .cu with the implementation" $B/nvcc_impl
     step "nvcc examples/train_cuda.cu"  $B/train_cuda --quick
     step "nvcc examples/multi_gpu.cu"   $B/multi_gpu
