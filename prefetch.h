@@ -1,4 +1,4 @@
-/* prefetch.h - v0.1.0 - MIT or public domain - a GPU input pipeline in one header
+/* prefetch.h - v0.2.0 - MIT or public domain - a GPU input pipeline in one header
 
    Keeps a GPU (or a CPU training loop) from ever waiting for its next batch:
    worker threads load batches straight into a ring of pinned host slots, a
@@ -72,10 +72,29 @@
                          cfg.stream wait for the copy with cudaStreamWaitEvent
                          (no host wait); pf_release records an event on
                          cfg.stream, and the next copy into that slot waits for
-                         it on the GPU. No library call uses the legacy default
-                         stream, except cfg.stream when you leave it NULL.
-                         Without a usable device pf_create fails with
-                         PF_ERR_NO_DEVICE and the runtime's own message.
+                         it on the GPU. A retirer thread sleeps on an event
+                         behind each copy and gives the host slot back; the
+                         copy stream holds GPU work only. No library call uses
+                         the legacy default stream, except cfg.stream when you
+                         leave it NULL. Without a usable device pf_create fails
+                         with PF_ERR_NO_DEVICE and the runtime's own message.
+
+   CUDA RULES
+
+     Contexts   the library creates a context only on cfg.cuda_device, and
+                every call leaves the calling thread's current device as it
+                found it, "none chosen yet" included (it asks the driver's
+                cuCtxGetCurrent; restoring "device 0" would create a context
+                there). Its own threads call cudaSetDevice first.
+     Faults     a sticky context error (your kernel's illegal address)
+                reaches you as PF_ERR_CUDA from pf_next in bounded time,
+                whatever the pipeline was doing, naming the call that saw it;
+                it is sticky, and pf_destroy still returns promptly.
+     On error   pf_next zeroes *out on anything but PF_OK: you own nothing
+                new. Batches you hold stay yours to release (or destroy).
+     Destroy    drains the copy stream, then waits (on an event) for
+                cfg.stream to pass the point of the call, so kernels still
+                reading a batch you hold finish before the memory goes.
 
    CONFIG MACROS
 
@@ -93,7 +112,7 @@
    THREADING MODEL
 
      num_workers threads call load, each on its own slot; never two at once
-     on one slot. A worker first needs a free slot, then takes the next batch
+     on one slot (plus, on CUDA, a stager and a retirer thread). A worker first needs a free slot, then takes the next batch
      in order, so the oldest undelivered batch always has a slot and in-order
      delivery cannot deadlock. pf_next, pf_release, pf_batch_wait and
      pf_get_stats may be called from any thread (they lock); pf_destroy must
@@ -146,7 +165,7 @@
 #include <stdbool.h>
 
 #define PREFETCH_VERSION_MAJOR 0
-#define PREFETCH_VERSION_MINOR 1
+#define PREFETCH_VERSION_MINOR 2
 #define PREFETCH_VERSION_PATCH 0
 
 #if defined(__CUDACC__) && !defined(PREFETCH_CUDA)
@@ -1471,7 +1490,8 @@ static cudaError_t pf__cuda_enter(pf_loader *l, pf__ctx_saved *sv) {
     sv->device = -1;
     if (l->cu.ctx_get && l->cu.ctx_get(&ctx) == 0 && !ctx) sv->none = true;
     else if (cudaGetDevice(&sv->device) != cudaSuccess) sv->device = -1;
-    return cudaSetDevice(l->cu.device);
+    /* already there (the usual training thread): nothing to switch */
+    return sv->device == l->cu.device ? cudaSuccess : cudaSetDevice(l->cu.device);
 }
 static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
     if (sv->none) (void)l->cu.ctx_set(NULL); /* as found: no context current */
@@ -2557,6 +2577,22 @@ PF_API bool pf_job_cancelled(const pf_job *job) {
 }
 
 #endif /* PREFETCH_IMPLEMENTATION */
+
+/*
+   REVISION HISTORY
+
+     0.2.0 (2026-11-22)  host slots come back through events a retirer thread
+                         sleeps on, not a host function in the copy stream
+                         (no bubble between copies; a device fault no longer
+                         hangs pf_next); contexts only on cuda_device and the
+                         caller's device kept, "none" included; destroy waits
+                         for the consumer stream (holding batches is fine);
+                         pf_next zeroes *out on errors; the verdict tells a
+                         busy GPU (wait_gpu_s) from starvation; per-batch
+                         events without BlockingSync; exclusive-process
+                         devices fall back to the host backend
+     0.1.0 (2026-11-21)  first release
+*/
 
 /*
 ------------------------------------------------------------------------------

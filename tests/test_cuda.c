@@ -940,12 +940,14 @@ static void test_messages_name_the_call_that_failed(void) {
     cfg = t_config(&t, 100, 5, 1);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     CHECK_EQ(t_next(&c, &b), PF_OK);
+    CHECK(cudaSetDevice(1) == cudaSuccess); /* the caller works on the other GPU: the library must switch */
     cudaSimFailNth("cudaSetDevice", 1, cudaErrorInvalidDevice, 0);
     CHECK_EQ(pf_release(c.l, &b), PF_ERR_CUDA);
     CHECK_CONTAINS(pf_error(c.l), "pf_release: cudaSetDevice failed: invalid device ordinal");
     cudaSimClearFaults();
     CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA); /* sticky, with the first message */
     CHECK_CONTAINS(pf_error(c.l), "cudaSetDevice failed");
+    CHECK(cudaSetDevice(0) == cudaSuccess);
     t_end(&c);
     t_load_free(&t);
 }
@@ -1352,8 +1354,8 @@ static void test_every_create_call_can_fail_cleanly(void) {
     for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
         int calls;
         pf_loader *l = NULL;
-        cudaSimReset(h_seed, 0, 1);
-        CHECK(cudaSetDevice(0) == cudaSuccess);
+        cudaSimReset(h_seed, 0, 2);
+        CHECK(cudaSetDevice(1) == cudaSuccess); /* the caller on the other GPU: pf_create must switch */
         {
             int before = cudaSimCalls(fns[f]);
             CHECK_EQ(pf_create(&cfg, &l), PF_OK);
@@ -1367,8 +1369,8 @@ static void test_every_create_call_can_fail_cleanly(void) {
             cudaError_t err = strstr(fns[f], "Alloc") || strstr(fns[f], "Malloc") ? cudaErrorMemoryAllocation
                                                                                   : cudaErrorUnknown;
             pf_result r;
-            cudaSimReset(h_seed, 0, 1);
-            CHECK(cudaSetDevice(0) == cudaSuccess);
+            cudaSimReset(h_seed, 0, 2);
+            CHECK(cudaSetDevice(1) == cudaSuccess);
             t_alloc_init(&a, 0);
             cfg.allocator.alloc_fn = t_alloc;
             cfg.allocator.free_fn = t_free;

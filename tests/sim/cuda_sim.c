@@ -23,6 +23,9 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +76,7 @@ typedef struct op {
 } op;
 
 struct CUstream_st {
-    int id, device, legacy, destroyed;
+    int id, device, legacy, destroyed, waiters; /* waiters: host threads syncing it */
     double vt_done; /* timing model: when its last operation ends */
     pthread_t thread;
     op *head, *tail;
@@ -83,7 +86,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
-    int device, refs, destroyed;
+    int device, refs, destroyed, waiters; /* waiters: threads blocked on a record of it */
     unsigned flags;
     struct CUevent_st *next_live; /* live events, for cudaSimEventsWithFlags */
     uint64_t gen_enq, gen_done;
@@ -397,13 +400,28 @@ static double op_end(struct CUstream_st *s, op *o) {
     return end;
 }
 
+/* Block (lock held) until ev's record `gen` completed or a device faulted.
+   Completions broadcast only when someone waits: no thundering herd of
+   stream threads on every operation. */
+static void ev_wait(struct CUevent_st *ev, uint64_t gen, int dev) {
+    ev->waiters++;
+    while (ev->gen_done < gen && !g.fault[dev] && !g.fault[ev->device]) pthread_cond_wait(&g.cv, &g.mu);
+    ev->waiters--;
+}
+
 static void *stream_main(void *arg) {
     struct CUstream_st *s = (struct CUstream_st *)arg;
     int quit = 0;
     tls_dev = tls_ctx = s->device;
+#ifdef __linux__
+    /* the timing model sleeps until modelled ends tens of microseconds
+       apart: the default 50 us timer slack would stretch every one */
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
     pthread_mutex_lock(&g.mu);
     while (!quit) {
         op *o;
+        int wake = 0; /* someone waits for what this op completes */
         while (!s->head) pthread_cond_wait(&s->cv, &g.mu);
         o = s->head;
         if (g.fault[s->device] != cudaSuccess && o->kind != OP_QUIT) {
@@ -418,7 +436,7 @@ static void *stream_main(void *arg) {
         if (g.bw > 0) {
             double end;
             if (o->kind == OP_WAIT)
-                while (o->ev->gen_done < o->gen && !g.fault[s->device]) pthread_cond_wait(&g.cv, &g.mu);
+                ev_wait(o->ev, o->gen, s->device);
             end = op_end(s, o);
             s->vt_done = end;
             pthread_mutex_unlock(&g.mu);
@@ -446,11 +464,11 @@ static void *stream_main(void *arg) {
             o->ev->hist[o->gen % HIST].vc = s->vc;
             o->ev->hist[o->gen % HIST].vt = s->vt_done;
             if (o->gen > o->ev->gen_done) o->ev->gen_done = o->gen;
+            wake |= o->ev->waiters > 0;
             event_unref(o->ev);
             break;
         case OP_WAIT:
-            while (o->ev->gen_done < o->gen && !g.fault[s->device] && !g.fault[o->ev->device])
-                pthread_cond_wait(&g.cv, &g.mu);
+            ev_wait(o->ev, o->gen, s->device);
             if (g.fault[s->device] != cudaSuccess) {
                 /* the context died while it waited */
             } else if (g.fault[o->ev->device] != cudaSuccess) {
@@ -484,6 +502,7 @@ static void *stream_main(void *arg) {
             /* the device's context takes the sticky error; everyone waiting
                on it is told at once */
             g.fault[s->device] = cudaErrorIllegalAddress;
+            wake = 1;
             break;
         case OP_QUIT:
             quit = 1;
@@ -493,7 +512,7 @@ static void *stream_main(void *arg) {
         if (!s->head) s->tail = NULL;
         s->done++;
         free(o);
-        pthread_cond_broadcast(&g.cv);
+        if (wake || s->waiters || quit) pthread_cond_broadcast(&g.cv);
     }
     g.by_id[s->id] = NULL;
     g.streams_running--;
@@ -802,7 +821,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
    (driver_types.h): synchronising calls return "the same error". */
 static cudaError_t wait_stream(struct CUstream_st *s) {
     uint64_t target = s->enq;
+    s->waiters++;
     while (s->done < target && g.fault[s->device] == cudaSuccess) pthread_cond_wait(&g.cv, &g.mu);
+    s->waiters--;
     if (g.fault[s->device] != cudaSuccess) return g.fault[s->device];
     vc_join(&g.host, &s->vc);
     return cudaSuccess;
@@ -928,7 +949,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     target = ev->gen_enq;
     ev->refs++;
     /* a fault while waiting answers at once: the record will never complete */
-    while (ev->gen_done < target && g.fault[ev->device] == cudaSuccess) pthread_cond_wait(&g.cv, &g.mu);
+    ev_wait(ev, target, ev->device);
     if (g.fault[ev->device] != cudaSuccess) {
         cudaError_t f = g.fault[ev->device];
         event_unref(ev);
