@@ -13,8 +13,20 @@ ifeq ($(origin CXX),default)
 CXX      := g++
 endif
 CLANG    ?= clang
+# clang is optional: without it the clang-only builds are skipped with a
+# line, and the sanitizer builds that prefer it use $(CC)
+HAVE_CLANG := $(if $(shell command -v $(CLANG) 2>/dev/null),1)
+SANCC    := $(if $(HAVE_CLANG),$(CLANG),$(CC))
+# The CUDA toolkit where users have it: $(CUDA_HOME), else the nvcc on PATH
+# and its prefix (Debian: /usr/bin/nvcc, headers in /usr/include, the
+# library in /usr/lib/<triplet>; conda: $CONDA_PREFIX/bin/nvcc and friends)
 CUDA_HOME ?= /usr/local/cuda
-NVCC     := $(CUDA_HOME)/bin/nvcc
+NVCC     := $(or $(wildcard $(CUDA_HOME)/bin/nvcc),$(shell command -v nvcc 2>/dev/null))
+CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_INC_DIR := $(patsubst %/cuda_runtime_api.h,%,$(firstword $(wildcard $(CUDA_ROOT)/include/cuda_runtime_api.h \
+	$(CUDA_ROOT)/targets/*/include/cuda_runtime_api.h /usr/include/cuda_runtime_api.h)))
+CUDA_LIB_DIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_ROOT)/lib64/libcudart.so $(CUDA_ROOT)/lib/libcudart.so \
+	$(CUDA_ROOT)/targets/*/lib/libcudart.so /usr/lib/*-linux-gnu/libcudart.so))))
 B        := build
 
 WARN     := -Wall -Wextra -Wpedantic -Werror
@@ -23,8 +35,8 @@ TFLAGS   := -O1 -g $(WARN)
 ASAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 TSAN     := -fsanitize=thread
 SIM      := -DTEST_SIM -DPREFETCH_CUDA -Itests/sim
-CUDA_INC := -I$(CUDA_HOME)/include
-CUDA_LIB := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+CUDA_INC := -I$(CUDA_INC_DIR)
+CUDA_LIB := -L$(CUDA_LIB_DIR) -Wl,-rpath,$(CUDA_LIB_DIR) -lcudart
 NVFLAGS  := -O2 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror
 # GPU code for real architectures, so no PTX is JIT-compiled at the first
 # launch (seconds on an H100, inside whatever is timed): the GPU at hand
@@ -39,11 +51,12 @@ SIMHDR   := tests/sim/cuda_runtime_api.h
 
 # The toolkit is optional on a user's machine: the CUDA builds are then
 # skipped with a line saying so (the simulated-runtime suites still run).
-HAVE_CUDA := $(shell test -x $(NVCC) && test -f $(CUDA_HOME)/include/cuda_runtime_api.h && echo 1)
+HAVE_CUDA := $(if $(and $(NVCC),$(CUDA_INC_DIR),$(CUDA_LIB_DIR)),1)
 
-HOST_TESTS := $(B)/core_gcc $(B)/core_clang $(B)/core_cxx $(B)/core_asan $(B)/core_tsan
-SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan
-COMPILE_TESTS := $(B)/strict_gcc $(B)/strict_clang $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
+HOST_TESTS := $(B)/core_gcc $(if $(HAVE_CLANG),$(B)/core_clang) $(B)/core_cxx $(B)/core_asan $(B)/core_tsan $(B)/threads_gcc $(B)/threads_tsan
+SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan \
+	$(B)/threads_sim $(B)/threads_sim_tsan
+COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
 HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch
 CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu \
@@ -58,10 +71,10 @@ endif
 
 test:
 	@mkdir -p $(B)
-	@echo "building $(words $(ALL_TESTS)) test programs (gcc, clang, g++, ASan+UBSan, TSan$(if $(HAVE_CUDA),$(comma) CUDA toolkit))"
+	@echo "building $(words $(ALL_TESTS)) test programs (gcc$(if $(HAVE_CLANG),$(comma) clang), g++, ASan+UBSan, TSan$(if $(HAVE_CUDA),$(comma) CUDA toolkit at $(CUDA_ROOT)))"
 	@$(MAKE) -k --no-print-directory -j2 test-build > $(B)/build.log 2>&1 || \
 		{ echo "some builds failed (each is counted as a failure below); the compiler said:"; grep -E "error|Error" $(B)/build.log | head -40; }
-	@HAVE_CUDA="$(HAVE_CUDA)" CUDA_HOME="$(CUDA_HOME)" sh tests/run.sh
+	@HAVE_CUDA="$(HAVE_CUDA)" HAVE_CLANG="$(HAVE_CLANG)" CUDA_HOME="$(CUDA_HOME)" NVCC="$(NVCC)" sh tests/run.sh
 
 comma := ,
 test-build: $(ALL_TESTS)
@@ -83,6 +96,20 @@ $(B)/core_tsan: tests/test_core.c $(THDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
 
+# ---- many threads on one loader: both backends, plain and TSan
+$(B)/threads_gcc: tests/test_threads.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
+$(B)/threads_tsan: tests/test_threads.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
+$(B)/threads_sim: tests/test_threads.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/threads_sim_tsan: tests/test_threads.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+
 # ---- CUDA backend on the simulated runtime: plain, ASan+UBSan, TSan
 $(B)/core_sim: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
@@ -92,16 +119,16 @@ $(B)/cuda_sim: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
 	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 $(B)/core_sim_asan: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
-	$(CLANG) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+	$(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 $(B)/cuda_sim_asan: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
-	$(CLANG) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+	$(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 $(B)/core_sim_tsan: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
-	$(CLANG) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 $(B)/cuda_sim_tsan: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
-	$(CLANG) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 
 # ---- reliability: the fuzz corpus replayed, stress and soak on both backends
 $(B)/fuzz_replay: tests/fuzz.c $(HDR) $(SIMSRC) $(SIMHDR)
@@ -118,7 +145,7 @@ $(B)/stress_sim: tests/test_stress.c $(THDR) $(SIMSRC) $(SIMHDR)
 	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 $(B)/stress_sim_tsan: tests/test_stress.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
-	$(CLANG) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 
 # ---- bench/gpu_bench.cu built with gcc against the simulator's timing model
 $(B)/gpu_bench_model: bench/gpu_bench.cu $(HDR) $(SIMSRC) $(SIMHDR)

@@ -413,7 +413,7 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #if defined(PREFETCH_IMPLEMENTATION) && !defined(PREFETCH_IMPLEMENTATION_INCLUDED)
 #define PREFETCH_IMPLEMENTATION_INCLUDED
 
-/* >>config ---------------------------------------------------------------- */
+/* >>platform -------------------------------------------------------------- */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -552,6 +552,11 @@ static int pf__cond_timedwait(pf__cond *c, pf__mutex *m, const struct timespec *
 }
 #endif
 
+/* Tests define it to fail a chosen thread start. */
+#ifndef PF__THREAD_START
+#define PF__THREAD_START(t, fn, arg) pf__thread_start((t), (fn), (arg))
+#endif
+
 /* >>util ------------------------------------------------------------------ */
 /* Monotonic when the POSIX clock is visible (it is not under strict -std=c11
    unless the including file asked for POSIX); C11 timespec_get otherwise. */
@@ -646,29 +651,11 @@ static uint64_t pf__feistel(const pf__perm *p, uint64_t x) {
     return (l << p->half) | r;
 }
 
-static uint64_t pf__feistel_inverse(const pf__perm *p, uint64_t y) {
-    uint64_t l = y >> p->half, r = y & p->mask;
-    for (int i = PF__FEISTEL_ROUNDS - 1; i >= 0; i--) {
-        uint64_t t = r ^ (pf__mix(l ^ p->key[i]) & p->mask);
-        r = l;
-        l = t;
-    }
-    return (l << p->half) | r;
-}
-
 /* i in [0, n) -> a unique value in [0, n) */
 static uint64_t pf__perm_apply(const pf__perm *p, uint64_t i) {
     do i = pf__feistel(p, i);
     while (i >= p->n);
     return i;
-}
-
-/* The inverse walk; the tests use it to prove the shuffle is a bijection at
-   sizes too large to enumerate. */
-PF__MAYBE_UNUSED static uint64_t pf__perm_invert(const pf__perm *p, uint64_t y) {
-    do y = pf__feistel_inverse(p, y);
-    while (y >= p->n);
-    return y;
 }
 
 /* An epoch's plan: fixed when its planning starts (num_samples_fn is asked
@@ -703,7 +690,7 @@ static uint64_t pf__job_rng(const pf_config *c, uint64_t epoch, uint64_t batch) 
     return pf__mix(pf__mix(pf__mix(pf__mix(c->seed) ^ epoch) ^ c->rank) ^ batch);
 }
 
-/* >>loader ---------------------------------------------------------------- */
+/* >>types ----------------------------------------------------------------- */
 enum {
     PF__SLOT_FREE = 0,
     PF__SLOT_LOADING, /* a worker is inside load                      */
@@ -730,8 +717,26 @@ typedef struct pf__worker {
     pf_loader *owner;
     uint32_t id;
     pf__thread thread;
+    bool failed;            /* pf_job_fail was called for the current job */
     char msg[PF__MSG_SIZE]; /* pf_job_fail writes here */
 } pf__worker;
+
+/* The roles a thread waits in (see >>waiting). */
+enum { PF__ROLE_WORKER, PF__ROLE_CONSUMER, PF__ROLE_STAGER, PF__ROLE_RETIRER, PF__ROLES };
+
+/* The pipeline's one error record (see >>errors): its first failure, who
+   hit it, for which batch, and whether the consumer has been told. */
+enum { PF__BY_PLANNING = 1, PF__BY_LOAD, PF__BY_STAGER, PF__BY_RETIRER, PF__BY_CONSUMER };
+typedef struct pf__error {
+    int code;              /* 0, or the failure's pf_result                      */
+    int by;                /* PF__BY_*                                           */
+    bool at_once;          /* due at the next pf_next, before anything staged
+                              (CUDA failures); otherwise in batch order          */
+    bool shown;            /* pf_next returned it: every later call returns it   */
+    uint64_t seq;          /* planning: due once this many batches were taken    */
+    uint64_t epoch, batch; /* the batch it concerns                              */
+    char msg[PF__MSG_SIZE];
+} pf__error;
 
 #ifdef PREFETCH_CUDA
 enum { PF__ITEM_BATCH, PF__ITEM_EPOCH_END, PF__ITEM_DATA_END, PF__ITEM_ERROR };
@@ -790,9 +795,7 @@ typedef struct pf__cuda {
     int64_t last_released;      /* device slot, for fault checks at a wait; -1 none */
     bool delivered_any;
     pf__thread stager, retirer;
-    bool stager_started, retirer_started, stager_done, stager_cv_ok, retire_cv_ok;
-    uint32_t stager_waiting, retirer_waiting;
-    pf__cond stager_cv, retire_cv;
+    bool stager_started, retirer_started, stager_done;
 } pf__cuda;
 #endif
 
@@ -802,10 +805,16 @@ struct pf_loader {
     size_t stride;
     uint32_t nslots;
 
+    /* waiting (>>waiting): one lock; per role a condition and a count of
+       the threads waiting on it */
     pf__mutex mu;
-    pf__cond worker_cv;   /* workers: a free slot, a job, or stop      */
-    pf__cond consumer_cv; /* pf_next: something to take                 */
-    bool mu_ok, worker_cv_ok, consumer_cv_ok;
+    pf__cond cv[PF__ROLES];
+    uint32_t waiting[PF__ROLES];
+    int taker;       /* the role that takes loaded batches: the consumer
+                        (host backend) or the stager (CUDA)                */
+    unsigned wake;   /* wakes owed once the lock drops                     */
+    bool mu_ok;
+    uint32_t cv_ok;  /* how many of cv[] were initialised                  */
 
     void *host_raw;              /* host backend block, unaligned (for free) */
     pf__slot *slots;
@@ -822,40 +831,45 @@ struct pf_loader {
     /* claim cursor (workers) */
     uint64_t claim_epoch, claim_batch, claim_nbatches, next_seq;
     bool claim_planned, planning, claims_done;
-    int pipe_error;        /* a planning failure, visible once taken == pipe_error_seq */
-    uint64_t pipe_error_seq;
-    char pipe_msg[PF__MSG_SIZE];
 
-    /* take cursor (the consumer on host, the stager on CUDA) */
+    /* take cursor (the taker) */
     uint64_t take_epoch, take_done, taken;
-    int take_fatal;
-    char take_msg[PF__MSG_SIZE];
 
     /* consumer */
-    int fatal; /* sticky error seen by the consumer */
     uint32_t held;
     uint64_t ticket;
     uint64_t cons_epoch, cons_batch, cons_nbatches;
-    char err[PF__MSG_SIZE];
+    char err[PF__MSG_SIZE]; /* pf_error's text: the consumer's latest failed call */
+
+    pf__error error; /* the pipeline's first failure (>>errors) */
 
     int stopping; /* read by pf_job_cancelled without the lock */
+    bool started; /* every thread exists: workers may run user code */
     pf__worker *workers;
-    uint32_t workers_started, workers_waiting;
-    uint32_t consumer_waiters; /* threads waiting in pf_next or pf_batch_wait: a count, so
-                                  one timing out never hides another still waiting */
+    uint32_t workers_started;
     uint32_t nready;       /* host slots READY */
     uint32_t wake_batch;   /* free slots that wake waiting workers */
-    unsigned wake;         /* PF__WAKE_*: signals owed once the lock drops */
 
     /* stats */
     uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
     uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns, st_wait_gpu_ns;
     uint64_t st_load_ns, st_worker_wait_ns, st_ready_sum;
+    uint32_t st_waiters;   /* pf_next calls waiting: their waits are counted once */
+    int st_wait_kind;      /* PF__WAIT_* of the first of them                     */
+    uint64_t st_wait_since;
 
 #ifdef PREFETCH_CUDA
     pf__cuda cu;
 #endif
 };
+
+/* Backend dispatch: every public call picks its backend once, here, and
+   calls fn_host or fn_cuda; shared code never asks which backend it is on. */
+#ifdef PREFETCH_CUDA
+#define PF__BACKEND(l, fn) ((l)->backend == PF_BACKEND_CUDA ? fn##_cuda : fn##_host)
+#else
+#define PF__BACKEND(l, fn) fn##_host
+#endif
 
 static void pf__log(const pf_config *c, int level, const char *fmt, ...) PF__PRINTF(3, 4);
 static void pf__log(const pf_config *c, int level, const char *fmt, ...) {
@@ -879,7 +893,41 @@ static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) {
     return r;
 }
 
-/* >>config checks ---------------------------------------------------------- */
+/* >>errors ---------------------------------------------------------------- */
+/* One record per loader. Any thread that hits a pipeline failure (planning,
+   a load, the stager, the retirer, the consumer's own CUDA calls) sets it;
+   the first failure wins and later ones are dropped (they are usually its
+   consequences). The consumer shows it: a load or planning failure in batch
+   order (after every earlier batch), a CUDA failure at once. Once shown it
+   is sticky. Lock held. */
+static void pf__set_error(pf_loader *l, int code, int by, bool at_once, uint64_t epoch, uint64_t batch,
+                          const char *fmt, ...) PF__PRINTF(7, 8);
+static void pf__set_error(pf_loader *l, int code, int by, bool at_once, uint64_t epoch, uint64_t batch,
+                          const char *fmt, ...) {
+    va_list ap;
+    if (l->error.code) return;
+    l->error.code = code;
+    l->error.by = by;
+    l->error.at_once = at_once;
+    l->error.seq = l->next_seq;
+    l->error.epoch = epoch;
+    l->error.batch = batch;
+    va_start(ap, fmt);
+    pf__vformat(l->error.msg, sizeof l->error.msg, fmt, ap);
+    va_end(ap);
+    l->claims_done = true; /* nothing after it will be delivered */
+}
+
+/* The consumer returns the record (and from now on, always). */
+static pf_result pf__show_error(pf_loader *l) {
+    l->error.shown = true;
+    return pf__fail(l, (pf_result)l->error.code, "%s", l->error.msg);
+}
+
+/* Must the consumer's next call return the error now? */
+static bool pf__error_due(const pf_loader *l) { return l->error.shown || (l->error.code && l->error.at_once); }
+
+/* >>config ---------------------------------------------------------------- */
 PF_API pf_config pf_config_defaults(const pf_config *cfg) {
     pf_config c;
     memset(&c, 0, sizeof c);
@@ -896,6 +944,12 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg) {
         c.allocator.user_data = NULL;
     }
     return c;
+}
+
+/* Do `slots` slots of `bytes`, each rounded up to PF__ALIGN, overflow? */
+static bool pf__slots_overflow(size_t bytes, uint32_t slots) {
+    size_t stride = (bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    return stride < bytes || stride > (SIZE_MAX - PF__ALIGN) / (slots ? slots : 1);
 }
 
 /* Every field checked, each failure naming the field and what is accepted. */
@@ -933,13 +987,9 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
     if (c->cuda_device < 0) PF__BAD("cfg.cuda_device is %d: must be >= 0", c->cuda_device);
     if (!in->allocator.alloc_fn != !in->allocator.free_fn)
         PF__BAD("cfg.allocator: set both alloc_fn and free_fn, or neither");
-    {
-        size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
-        uint32_t most = c->host_slots > c->device_slots ? c->host_slots : c->device_slots;
-        if (stride < c->batch_bytes || stride > (SIZE_MAX - PF__ALIGN) / most)
-            PF__BAD("cfg.batch_bytes is %llu: %u slots of it do not fit in memory",
-                    (unsigned long long)c->batch_bytes, (unsigned)most);
-    }
+    if (pf__slots_overflow(c->batch_bytes, c->host_slots)) /* device_slots: once the CUDA backend is chosen */
+        PF__BAD("cfg.batch_bytes is %llu: host_slots (%u) slots of it do not fit in memory",
+                (unsigned long long)c->batch_bytes, (unsigned)c->host_slots);
     return PF_OK;
 #undef PF__BAD
 }
@@ -955,19 +1005,41 @@ static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
     return &l->plans[(l->plan_head + (uint32_t)(epoch - first)) % l->plan_cap];
 }
 
-/* Wakes are decided under the lock but sent after it drops (pf__unlock_wake),
-   so a woken thread does not run straight into a held lock; a thread that
-   waits sends what is owed first (pf__wait), so no wake is ever lost. */
-enum { PF__WAKE_WORKER = 1, PF__WAKE_WORKERS = 2, PF__WAKE_CONSUMER = 4, PF__WAKE_STAGER = 8, PF__WAKE_RETIRER = 16 };
+/* >>waiting --------------------------------------------------------------- */
+/* The waiting protocol, in one place. Every thread waits in a role: worker
+   (a free slot and a job), consumer (pf_next, pf_batch_wait), stager and
+   retirer (CUDA). The rules:
+   1. All shared state lives under l->mu. A waiter checks its condition and,
+      if it must wait, counts itself in waiting[role] and waits on cv[role]
+      in the same critical section: while (!cond) pf__wait(l, role, ...).
+   2. Whoever changes state that can make a role's condition true does so
+      under l->mu and, in the same critical section, calls pf__wake (or
+      pf__wake_workers), which owes that role a wake if any thread of it is
+      counted as waiting.
+   3. Owed wakes are sent right after the lock drops (pf__unlock_wake), or
+      before a thread that owes them blocks (pf__wait flushes first).
+   Why no wake-up is lost: a waiter is counted before cnd_wait releases the
+   lock atomically, so a state change made after that happens under the
+   lock, sees the count and owes a wake, and the wake is sent after the
+   waiter is already blocked; a change made before the waiter locked is
+   seen by its check. Counts, not flags: a waiter that leaves (a timeout)
+   subtracts only itself, so another still waiting stays owed (two threads
+   in pf_next lost a wake-up when this was a flag). The consumer role is
+   woken with a broadcast, since its waiters wait for different things
+   (the next batch, a batch's copy); the stager and retirer are one thread
+   each; workers get one signal or a broadcast, see pf__wake_workers. */
+enum { PF__WAKE_WORKER = 1u << 8, PF__WAKE_WORKERS = 1u << 9 };
+
+static void pf__wake(pf_loader *l, int role) {
+    if (l->waiting[role]) l->wake |= 1u << role;
+}
 
 static void pf__send_wakes(pf_loader *l, unsigned w) {
-    if (w & PF__WAKE_WORKERS) pf__broadcast(&l->worker_cv);
-    else if (w & PF__WAKE_WORKER) pf__signal(&l->worker_cv);
-    if (w & PF__WAKE_CONSUMER) pf__broadcast(&l->consumer_cv);
-#ifdef PREFETCH_CUDA
-    if (w & PF__WAKE_STAGER) pf__signal(&l->cu.stager_cv);
-    if (w & PF__WAKE_RETIRER) pf__signal(&l->cu.retire_cv);
-#endif
+    if (w & PF__WAKE_WORKERS) pf__broadcast(&l->cv[PF__ROLE_WORKER]);
+    else if (w & PF__WAKE_WORKER) pf__signal(&l->cv[PF__ROLE_WORKER]);
+    if (w & (1u << PF__ROLE_CONSUMER)) pf__broadcast(&l->cv[PF__ROLE_CONSUMER]);
+    if (w & (1u << PF__ROLE_STAGER)) pf__signal(&l->cv[PF__ROLE_STAGER]);
+    if (w & (1u << PF__ROLE_RETIRER)) pf__signal(&l->cv[PF__ROLE_RETIRER]);
 }
 
 static void pf__unlock_wake(pf_loader *l) {
@@ -982,35 +1054,29 @@ static void pf__flush_wakes(pf_loader *l) {
     l->wake = 0;
 }
 
-static void pf__wait(pf_loader *l, pf__cond *cv) {
+/* Wait in `role` until woken, or until the deadline when one is given.
+   0 woken (or a spurious wake-up: recheck), 1 the deadline passed. */
+static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
+    int r = 0;
+    l->waiting[role]++;
     pf__flush_wakes(l);
-    pf__cond_wait(cv, &l->mu);
-}
-
-static bool pf__taker_waiting(const pf_loader *l) {
-#ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) return l->cu.stager_waiting > 0;
-#endif
-    return l->consumer_waiters > 0;
+    if (deadline)
+        r = pf__cond_timedwait(&l->cv[role], &l->mu, deadline);
+    else
+        pf__cond_wait(&l->cv[role], &l->mu);
+    l->waiting[role]--;
+    return r;
 }
 
 /* A loaded batch (or an end, or an error) may unblock the taker. */
-static void pf__wake_takers(pf_loader *l) {
-#ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) {
-        if (l->cu.stager_waiting) l->wake |= PF__WAKE_STAGER;
-        return;
-    }
-#endif
-    if (l->consumer_waiters) l->wake |= PF__WAKE_CONSUMER;
-}
+static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->taker); }
 
 /* Waiting workers are woken in batches, a quarter of the ring at a time,
    unless the ring runs low or the taker is starving: one wakeup then buys
    several loads instead of one. */
 static void pf__wake_workers(pf_loader *l, bool urgent) {
-    if (!l->workers_waiting || !l->nfree) return;
-    if (urgent || l->nfree >= l->wake_batch || l->nready <= l->cfg.num_workers || pf__taker_waiting(l))
+    if (!l->waiting[PF__ROLE_WORKER] || !l->nfree) return;
+    if (urgent || l->nfree >= l->wake_batch || l->nready <= l->cfg.num_workers || l->waiting[l->taker])
         l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
 
@@ -1029,14 +1095,11 @@ static void pf__plan_next(pf_loader *l) {
         n = l->cfg.num_samples;
     }
     l->planning = false;
-    if (l->workers_waiting) l->wake |= PF__WAKE_WORKERS;
-    if (n > PF__MAX_SAMPLES) {
-        l->pipe_error = PF_ERR_INVALID_ARG;
-        l->pipe_error_seq = l->next_seq;
-        pf__format(l->pipe_msg, sizeof l->pipe_msg,
-                   "cfg.num_samples_fn returned %llu for epoch %llu: must be 0 .. 2^62",
-                   (unsigned long long)n, (unsigned long long)e);
-        l->claims_done = true;
+    if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
+    if (n > PF__MAX_SAMPLES) { /* due once every batch planned before it was taken */
+        pf__set_error(l, PF_ERR_INVALID_ARG, PF__BY_PLANNING, false, e, 0,
+                      "cfg.num_samples_fn returned %llu for epoch %llu: must be 0 .. 2^62", (unsigned long long)n,
+                      (unsigned long long)e);
         pf__wake_takers(l);
         return;
     }
@@ -1106,18 +1169,14 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
 }
 
 /* The taker's next step (lock held): PF_OK with *out, PF_END_OF_EPOCH,
-   PF_END_OF_DATA, PF__WAIT, or a sticky error (message in take_msg). */
+   PF_END_OF_DATA, PF__WAIT, or the pipeline's error (now in l->error). */
 static int pf__take(pf_loader *l, pf__slot **out) {
     pf__plan *p;
     pf__slot *s = NULL;
     p = pf__plan_find(l, l->take_epoch);
     if (!p) {
         if (l->cfg.epochs && l->take_epoch >= l->cfg.epochs) return PF_END_OF_DATA;
-        if (l->pipe_error && l->taken >= l->pipe_error_seq) {
-            l->take_fatal = l->pipe_error;
-            memcpy(l->take_msg, l->pipe_msg, sizeof l->take_msg);
-            return l->take_fatal;
-        }
+        if (l->error.by == PF__BY_PLANNING && l->taken >= l->error.seq) return l->error.code;
         return PF__WAIT;
     }
     if (l->take_done == p->nbatches) {
@@ -1125,7 +1184,7 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         l->take_done = 0;
         l->plan_head = (l->plan_head + 1) % l->plan_cap;
         l->plan_count--;
-        if (l->workers_waiting) l->wake |= PF__WAKE_WORKERS; /* room for another plan */
+        if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS; /* room for another plan */
         return PF_END_OF_EPOCH;
     }
     if (!l->cfg.unordered) {
@@ -1149,10 +1208,10 @@ static int pf__take(pf_loader *l, pf__slot **out) {
     l->nready--;
     pf__wake_workers(l, false);
     if (s->result != PF_OK) {
-        l->take_fatal = s->result;
-        memcpy(l->take_msg, s->msg, sizeof l->take_msg);
+        int code = s->result;
+        pf__set_error(l, code, PF__BY_LOAD, false, s->epoch, s->batch, "%s", s->msg);
         pf__slot_free(l, s);
-        return l->take_fatal;
+        return code;
     }
     l->taken++;
     l->take_done++;
@@ -1177,15 +1236,12 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
             (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->taken))
             late = s;
     }
-#ifdef PREFETCH_CUDA
-    if (staging) {
+    if (staging) { /* CUDA only: loaded, waiting for a device slot */
         pf__format(dst, size, "epoch %llu batch %llu is loaded and waits for a free device slot (the consumer "
-                   "holds %u of %u)", (unsigned long long)staging->epoch, (unsigned long long)staging->batch,
-                   (unsigned)l->cu.held, (unsigned)l->cfg.device_slots);
+                   "holds every one of cfg.device_slots = %u)", (unsigned long long)staging->epoch,
+                   (unsigned long long)staging->batch, (unsigned)l->cfg.device_slots);
         return;
     }
-#endif
-    (void)staging;
     if (late)
         pf__format(dst, size, "epoch %llu batch %llu is late: worker %u has been inside load for %llu ms",
                    (unsigned long long)late->epoch, (unsigned long long)late->batch, (unsigned)late->worker,
@@ -1206,37 +1262,37 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
    idle while the next batch loaded (input-bound). */
 enum { PF__WAIT_INPUT, PF__WAIT_COPY, PF__WAIT_GPU };
 
-static void pf__account_wait(pf_loader *l, uint64_t t0, int kind) {
-    uint64_t now = pf__now_ns(), dt = now - t0;
-    l->st_last_ns = now;
-    if (kind == PF__WAIT_COPY)
+/* Waits are counted as wall-clock time during which at least one pf_next
+   waited, so two consumers waiting together count once and wait_s never
+   exceeds elapsed_s. The span takes the kind of the wait that opened it. */
+static void pf__wait_begins(pf_loader *l, int kind) {
+    if (l->st_waiters++ == 0) {
+        l->st_wait_since = pf__now_ns();
+        l->st_wait_kind = kind;
+    }
+}
+
+static void pf__wait_ends(pf_loader *l) {
+    uint64_t now = pf__now_ns(), dt;
+    l->st_last_ns = now; /* a pf_next that waits again still counts as latest */
+    if (--l->st_waiters) return;
+    dt = now - l->st_wait_since;
+    if (l->st_wait_kind == PF__WAIT_COPY)
         l->st_wait_copy_ns += dt;
-    else if (kind == PF__WAIT_GPU)
+    else if (l->st_wait_kind == PF__WAIT_GPU)
         l->st_wait_gpu_ns += dt;
     else
         l->st_wait_input_ns += dt;
 }
 
-/* Wait on the consumer condition with the optional deadline. 0 woken,
-   1 timed out (lock held). */
+/* The consumer waits (optional deadline): 0 woken, 1 timed out (lock held). */
 static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
-    int r = 0;
-    l->consumer_waiters++;
     pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
-    pf__flush_wakes(l);
-    if (deadline)
-        r = pf__cond_timedwait(&l->consumer_cv, &l->mu, deadline);
-    else
-        pf__cond_wait(&l->consumer_cv, &l->mu);
-    l->consumer_waiters--;
-    return r;
+    return pf__wait(l, PF__ROLE_CONSUMER, deadline);
 }
 
 static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint64_t nbatches, uint32_t count,
                               size_t bytes) {
-    /* the latest pf_next's time, to within 16 batches: a clock read costs
-       as much as a tenth of a handoff */
-    if (l->st_batches < 16 || (l->st_batches & 15) == 0) l->st_last_ns = pf__now_ns();
     l->st_batches++;
     l->st_samples += count;
     l->st_bytes += bytes;
@@ -1274,16 +1330,26 @@ static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) 
     job->pf__worker = w;
 }
 
+/* A library thread's setup for its backend (CUDA: the loader's device). */
+static void pf__bind_thread_host(pf_loader *l) { (void)l; }
 #ifdef PREFETCH_CUDA
-static void pf__cuda_bind_thread(pf_loader *l);
+static void pf__bind_thread_cuda(pf_loader *l);
 #endif
 
 static PF__THREAD_FN pf__worker_main(void *arg) {
     pf__worker *w = (pf__worker *)arg;
     pf_loader *l = w->owner;
-#ifdef PREFETCH_CUDA
-    pf__cuda_bind_thread(l); /* so a load that calls CUDA uses the loader's GPU */
-#endif
+    PF__BACKEND(l, pf__bind_thread)(l); /* a load that calls CUDA uses the loader's GPU */
+    /* no user code before pf_create has everything: a create that fails
+       after starting some threads must not have run callbacks */
+    {
+        bool go;
+        pf__lock(&l->mu);
+        while (!l->started && !l->stopping) pf__wait(l, PF__ROLE_WORKER, NULL);
+        go = l->started;
+        pf__unlock(&l->mu);
+        if (!go) PF__THREAD_RETURN;
+    }
     if (l->cfg.on_worker_start) l->cfg.on_worker_start(l->cfg.user, w->id);
     /* One clock read per batch: the end of a load is the start of the next
        claim (or the wakeup after a wait). */
@@ -1296,9 +1362,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         if (claim == PF__CLAIM_DONE) break;
         if (claim != PF__CLAIM_OK) {
             uint64_t t0 = now;
-            l->workers_waiting++;
-            pf__wait(l, &l->worker_cv);
-            l->workers_waiting--;
+            pf__wait(l, PF__ROLE_WORKER, NULL);
             now = pf__now_ns();
             if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += now - t0;
             continue;
@@ -1306,6 +1370,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         pf__unlock_wake(l);
         pf__fill_job(l, s, w, &job);
         w->msg[0] = '\0';
+        w->failed = false;
         PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->epoch, (unsigned long long)s->batch);
         rc = l->cfg.load(l->cfg.user, &job);
         PF__RANGE_POP();
@@ -1313,7 +1378,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         if (rc != 0) {
             pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
                        (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
-                       w->msg[0] ? w->msg : "the callback returned non-zero without pf_job_fail");
+                       !w->failed ? "the callback returned non-zero without pf_job_fail"
+                       : w->msg[0] ? w->msg : "(pf_job_fail with an empty message)");
             s->result = PF_ERR_LOAD;
         } else if (job.bytes > job.capacity) {
             pf__format(s->msg, PF__MSG_SIZE,
@@ -1333,7 +1399,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
     PF__THREAD_RETURN;
 }
 
-/* >>backend host ---------------------------------------------------------- */
+/* >>consumer -------------------------------------------------------------- */
+/* What pf_next, pf_release and pf_batch_wait share on both backends. */
 static void pf__fill_batch(pf_loader *l, pf_batch *out, void *data, size_t bytes, uint64_t epoch, uint64_t batch,
                            const uint64_t *indices, uint32_t count, uint64_t rng, uint64_t ticket, uint32_t slot) {
     out->data = data;
@@ -1352,22 +1419,50 @@ static void pf__fill_batch(pf_loader *l, pf_batch *out, void *data, size_t bytes
    PF_OK after being woken (lock held). kind: PF__WAIT_*, for the stats. */
 static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out, int kind) {
     static const char *const kinds[] = {"input", "copy", "GPU busy"};
-    uint64_t t0;
     if (*timed_out) {
         char why[PF__MSG_SIZE];
         pf__describe_late(l, why, sizeof why);
         return pf__fail(l, PF_TIMEOUT, "pf_next: timed out after %u ms: %s", (unsigned)l->cfg.timeout_ms, why);
     }
-    t0 = pf__now_ns();
     PF__RANGE_PUSH("pf_next waits (%s)", kinds[kind]);
     (void)kinds;
+    pf__wait_begins(l, kind);
     *timed_out = pf__consumer_wait(l, deadline) != 0;
+    pf__wait_ends(l);
     PF__RANGE_POP();
-    pf__account_wait(l, t0, kind);
     return PF_OK;
 }
 
-static pf_result pf__next_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
+static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn, uint32_t nslots,
+                                 uint64_t (*ticket_of)(pf_loader *, uint32_t));
+
+/* pf_next's frame, shared: the lock, the stats clock, the sticky error,
+   then the backend's take (lock held throughout), then the progress
+   callback outside the lock. *progress: it is due. */
+typedef pf_result (*pf__take_fn)(pf_loader *l, pf_batch *out, const struct timespec *deadline);
+static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, bool *progress) {
+    struct timespec deadline;
+    pf_result r;
+    if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
+    pf__lock(&l->mu);
+    if (!l->st_first_ns) l->st_first_ns = l->st_last_ns = pf__now_ns(); /* waits count from the first call */
+    if (!out) r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_next: out is NULL");
+    else if (pf__error_due(l)) r = pf__show_error(l);
+    else r = take(l, out, l->cfg.timeout_ms ? &deadline : NULL);
+    l->st_last_ns = pf__now_ns(); /* elapsed_s runs to the latest pf_next, whatever it returned */
+    *progress = r == PF_OK && l->cfg.progress && l->st_batches % l->cfg.progress_every == 0;
+    pf__unlock_wake(l);
+    return r;
+}
+
+static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
+    if (progress && r == PF_OK) l->cfg.progress(l->cfg.progress_user, l); /* unlocked: it may call pf_get_stats */
+    return r;
+}
+
+/* >>backend host ---------------------------------------------------------- */
+/* pf_next hands out the filled host slot itself; pf_release frees it. */
+static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     bool timed_out = false;
     for (;;) {
         pf__slot *s = NULL;
@@ -1387,10 +1482,7 @@ static pf_result pf__next_host(pf_loader *l, pf_batch *out, const struct timespe
             return PF_END_OF_EPOCH;
         }
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
-        if (r != PF__WAIT) {
-            l->fatal = r;
-            return pf__fail(l, (pf_result)r, "%s", l->take_msg);
-        }
+        if (r != PF__WAIT) return pf__show_error(l);
         /* an epoch's end needs no slot; a batch does, and none can come */
         if (l->held == l->nslots)
             return pf__fail(l, PF_ERR_INVALID_STATE,
@@ -1418,14 +1510,68 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
 
 static uint64_t pf__host_ticket(pf_loader *l, uint32_t slot) { return l->slots[slot].ticket; }
 
+static pf_result pf__next_host(pf_loader *l, pf_batch *out) {
+    bool progress;
+    pf_result r = pf__next_frame(l, out, pf__take_host, &progress);
+    return pf__next_done(l, r, progress);
+}
+
 static pf_result pf__release_host(pf_loader *l, pf_batch *b) {
-    pf_result r = pf__check_batch(l, b, "pf_release", l->nslots, pf__host_ticket);
-    if (r != PF_OK) return r;
-    l->held--;
-    pf__slot_free(l, &l->slots[b->pf__slot]);
-    b->pf__ticket = 0;
+    pf_result r;
+    pf__lock(&l->mu);
+    r = pf__check_batch(l, b, "pf_release", l->nslots, pf__host_ticket);
+    if (r == PF_OK) {
+        l->held--;
+        pf__slot_free(l, &l->slots[b->pf__slot]);
+        b->pf__ticket = 0;
+    }
+    pf__unlock_wake(l);
+    return r;
+}
+
+/* The batch is the host slot: nothing to wait for but a valid batch. */
+static pf_result pf__batch_wait_host(pf_loader *l, const pf_batch *b) {
+    pf_result r;
+    pf__lock(&l->mu);
+    r = pf__check_batch(l, b, "pf_batch_wait", l->nslots, pf__host_ticket);
+    pf__unlock_wake(l);
+    return r;
+}
+
+static void pf__stats_host(pf_loader *l, pf_stats *out) { (void)l, (void)out; }
+
+/* Host slots: one block from cfg.allocator, each slot PF__ALIGN-aligned. */
+static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
+    size_t bytes = (size_t)l->nslots * l->stride + PF__ALIGN;
+    unsigned char *p;
+    uint32_t i;
+    l->host_raw = l->cfg.allocator.alloc_fn(bytes, l->cfg.allocator.user_data);
+    if (!l->host_raw) {
+        pf__format(why, n, "pf_create: out of memory: %llu bytes for host_slots %u x %llu (cfg.allocator)",
+                   (unsigned long long)bytes, (unsigned)l->nslots, (unsigned long long)l->stride);
+        return PF_ERR_NO_MEMORY;
+    }
+    p = (unsigned char *)l->host_raw;
+    p += (PF__ALIGN - (uintptr_t)p % PF__ALIGN) % PF__ALIGN;
+    /* touch every page now: memory use is exact from the start and the
+       first epoch pays no page faults (pinned memory is resident
+       already). Not with zeros: some hypervisors back zeroed pages
+       lazily and charge the first real write instead. */
+    memset(p, 0xa5, (size_t)l->nslots * l->stride);
+    for (i = 0; i < l->nslots; i++) l->slots[i].data = p + (size_t)i * l->stride;
     return PF_OK;
 }
+
+static void pf__free_slots_host(pf_loader *l) {
+    if (l->host_raw) l->cfg.allocator.free_fn(l->host_raw, l->cfg.allocator.user_data);
+}
+
+/* The host backend has no helper threads. */
+static pf_result pf__start_helpers_host(pf_loader *l, char *why, size_t n) {
+    (void)l, (void)why, (void)n;
+    return PF_OK;
+}
+static void pf__join_helpers_host(pf_loader *l) { (void)l; }
 
 /* >>backend cuda ---------------------------------------------------------- */
 #ifdef PREFETCH_CUDA
@@ -1499,10 +1645,8 @@ static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
 }
 
 /* The library's own threads (workers, stager, retirer) live on its device. */
-static void pf__cuda_bind_thread(pf_loader *l) {
-    cudaError_t e;
-    if (l->backend != PF_BACKEND_CUDA) return;
-    e = cudaSetDevice(l->cu.device);
+static void pf__bind_thread_cuda(pf_loader *l) {
+    cudaError_t e = cudaSetDevice(l->cu.device);
     if (e != cudaSuccess)
         pf__log(&l->cfg, PF_LOG_WARN, "worker thread: cudaSetDevice(%d) failed: %s", l->cu.device,
                 cudaGetErrorString(e));
@@ -1645,7 +1789,7 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
     pf__item *it = &cu->fifo[(cu->fifo_head + cu->fifo_count++) % cu->fifo_cap];
     it->kind = kind;
     it->slot = slot;
-    if (l->consumer_waiters) l->wake |= PF__WAKE_CONSUMER;
+    pf__wake(l, PF__ROLE_CONSUMER);
 }
 
 /* A CUDA failure is final for the pipeline: every later pf_next returns it
@@ -1653,25 +1797,15 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
    may never have happened). The first failure's message is kept; every
    thread that might wait on it is woken. Only the consumer's own calls
    write pf_error's text (lock held, any thread). */
-static void pf__cuda_fatal(pf_loader *l, const char *msg) {
-    if (!l->fatal) {
-        l->fatal = PF_ERR_CUDA;
-        pf__format(l->take_msg, sizeof l->take_msg, "%s", msg);
-    }
-    l->claims_done = true;
+static void pf__cuda_fatal(pf_loader *l, int by, const char *msg) {
+    pf__set_error(l, PF_ERR_CUDA, by, true, l->cons_epoch, l->cons_batch, "%s", msg);
     l->cu.stager_done = true;
-    l->wake |= PF__WAKE_CONSUMER | PF__WAKE_STAGER | PF__WAKE_RETIRER | PF__WAKE_WORKERS;
+    pf__wake(l, PF__ROLE_CONSUMER);
+    pf__wake(l, PF__ROLE_STAGER);
+    pf__wake(l, PF__ROLE_RETIRER);
+    if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
 }
 
-/* The stager's error ends the stream of batches; the consumer sees it after
-   every batch staged before it (lock held). */
-static void pf__stage_error(pf_loader *l, int code, const char *msg) {
-    pf__cuda *cu = &l->cu;
-    l->take_fatal = code;
-    if (msg != l->take_msg) pf__format(l->take_msg, sizeof l->take_msg, "%s", msg);
-    pf__push_item(l, PF__ITEM_ERROR, 0);
-    cu->stager_done = true;
-}
 
 /* Copy host slot s into device slot d, ordered on the GPU after the
    consumer's release of d, then record hdone[s] for the retirer. Nothing
@@ -1700,12 +1834,6 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
     return pf__cuda_code(e);
 }
 
-static void pf__helper_wait(pf_loader *l, pf__cond *cv, uint32_t *waiting) {
-    (*waiting)++;
-    pf__wait(l, cv);
-    (*waiting)--;
-}
-
 static PF__THREAD_FN pf__stager_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
     pf__cuda *cu = &l->cu;
@@ -1716,7 +1844,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         char m[PF__MSG_SIZE], what[64];
         pf__format(what, sizeof what, "stager: cudaSetDevice(%d)", cu->device);
         pf__cuda_msg(m, sizeof m, what, e);
-        pf__cuda_fatal(l, m);
+        pf__cuda_fatal(l, PF__BY_STAGER, m);
     }
     while (!l->stopping && !cu->stager_done) {
         pf__slot *s = NULL;
@@ -1726,15 +1854,13 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         int r;
         char why[PF__MSG_SIZE];
         if (cu->fifo_count == cu->fifo_cap) {
-            pf__helper_wait(l, &cu->stager_cv, &cu->stager_waiting);
+            pf__wait(l, PF__ROLE_STAGER, NULL);
             continue;
         }
         r = pf__take(l, &s);
         if (r == PF__WAIT) {
-            cu->stager_waiting++; /* counts as the taker starving */
-            pf__wake_workers(l, true);
-            cu->stager_waiting--;
-            pf__helper_wait(l, &cu->stager_cv, &cu->stager_waiting);
+            pf__wake_workers(l, true); /* the taker starves */
+            pf__wait(l, PF__ROLE_STAGER, NULL);
             continue;
         }
         if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) {
@@ -1742,14 +1868,15 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             cu->stager_done = r == PF_END_OF_DATA;
             continue;
         }
-        if (r != PF_OK) {
-            pf__stage_error(l, r, l->take_msg);
-            if (r != PF_ERR_LOAD) pf__format(logmsg, sizeof logmsg, "%s", l->take_msg);
+        if (r != PF_OK) { /* a load or planning failure: after every batch staged before it */
+            pf__push_item(l, PF__ITEM_ERROR, 0);
+            cu->stager_done = true;
+            if (r != PF_ERR_LOAD) pf__format(logmsg, sizeof logmsg, "%s", l->error.msg);
             continue;
         }
         s->state = PF__SLOT_STAGING;
         while (cu->dfree_count == 0 && !l->stopping && !cu->stager_done)
-            pf__helper_wait(l, &cu->stager_cv, &cu->stager_waiting);
+            pf__wait(l, PF__ROLE_STAGER, NULL);
         if (l->stopping || cu->stager_done) break;
         d = cu->dfree[cu->dfree_head];
         cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
@@ -1773,7 +1900,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         PF__RANGE_POP();
         pf__lock(&l->mu);
         if (r != PF_OK) {
-            pf__cuda_fatal(l, why);
+            pf__cuda_fatal(l, PF__BY_STAGER, why);
             pf__format(logmsg, sizeof logmsg, "%s", why);
             break;
         }
@@ -1782,7 +1909,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             f->h = s->index;
             f->d = d;
             f->gen = ds->gen;
-            if (cu->retirer_waiting) l->wake |= PF__WAKE_RETIRER;
+            pf__wake(l, PF__ROLE_RETIRER);
         }
         ds->state = PF__SLOT_READY;
         l->st_copies++;
@@ -1806,17 +1933,17 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
     cudaError_t e = cudaSetDevice(cu->device);
     char logmsg[PF__MSG_SIZE] = "";
     pf__lock(&l->mu);
-    while (!l->stopping && !l->fatal) {
+    while (!l->stopping && !pf__error_due(l)) {
         pf__flight f;
         if (e != cudaSuccess) {
             char what[64];
             pf__format(what, sizeof what, "retirer: cudaSetDevice(%d)", cu->device);
             pf__cuda_msg(logmsg, sizeof logmsg, what, e);
-            pf__cuda_fatal(l, logmsg);
+            pf__cuda_fatal(l, PF__BY_RETIRER, logmsg);
             break;
         }
         if (cu->flight_count == 0) {
-            pf__helper_wait(l, &cu->retire_cv, &cu->retirer_waiting);
+            pf__wait(l, PF__ROLE_RETIRER, NULL);
             continue;
         }
         f = cu->flights[cu->flight_head];
@@ -1828,14 +1955,14 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
             pf__format(what, sizeof what, "retirer: cudaEventSynchronize(copy of host slot %u to device slot %u)",
                        (unsigned)f.h, (unsigned)f.d);
             pf__cuda_msg(logmsg, sizeof logmsg, what, e);
-            pf__cuda_fatal(l, logmsg);
+            pf__cuda_fatal(l, PF__BY_RETIRER, logmsg);
             break;
         }
         cu->flight_head = (cu->flight_head + 1) % l->nslots;
         cu->flight_count--;
         if (cu->dslots[f.d].gen == f.gen && !cu->dslots[f.d].landed) {
             cu->dslots[f.d].landed = true;
-            if (l->consumer_waiters) l->wake |= PF__WAKE_CONSUMER; /* pf_batch_wait */
+            pf__wake(l, PF__ROLE_CONSUMER); /* pf_batch_wait */
         }
         pf__slot_free(l, &l->slots[f.h]);
     }
@@ -1893,32 +2020,29 @@ static int pf__cuda_wait_kind(pf_loader *l) {
         (void)cudaGetLastError();
         pf__format(what, sizeof what, "pf_next: %s", call);
         pf__cuda_msg(m, sizeof m, what, e);
-        pf__cuda_fatal(l, m);
+        pf__cuda_fatal(l, PF__BY_CONSUMER, m);
     }
     return kind;
 }
 
-static pf_result pf__next_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
+static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     pf__cuda *cu = &l->cu;
     bool timed_out = false;
     int kind = -1;
     for (;;) {
-        if (l->fatal) return pf__fail(l, (pf_result)l->fatal, "%s", l->take_msg);
+        if (pf__error_due(l)) return pf__show_error(l);
         if (cu->fifo_count) {
             pf__item it = cu->fifo[cu->fifo_head];
             pf__dslot *ds;
             if (it.kind == PF__ITEM_DATA_END) return PF_END_OF_DATA;
             cu->fifo_head = (cu->fifo_head + 1) % cu->fifo_cap;
             cu->fifo_count--;
-            if (cu->stager_waiting) l->wake |= PF__WAKE_STAGER;
+            pf__wake(l, PF__ROLE_STAGER);
             if (it.kind == PF__ITEM_EPOCH_END) {
                 pf__note_epoch_end(l);
                 return PF_END_OF_EPOCH;
             }
-            if (it.kind == PF__ITEM_ERROR) {
-                l->fatal = l->take_fatal;
-                return pf__fail(l, (pf_result)l->fatal, "%s", l->take_msg);
-            }
+            if (it.kind == PF__ITEM_ERROR) return pf__show_error(l);
             ds = &cu->dslots[it.slot];
             ds->state = PF__SLOT_HELD;
             ds->ticket = ++l->ticket;
@@ -1966,7 +2090,7 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
         pf__format(what, sizeof what, "pf_next: %s", call);
         pf__cuda_msg(m, sizeof m, what, e);
         pf__lock(&l->mu);
-        pf__cuda_fatal(l, m);
+        pf__cuda_fatal(l, PF__BY_CONSUMER, m);
         pf__fail(l, PF_ERR_CUDA, "%s", m);
         ds->state = PF__SLOT_FREE; /* out of circulation: the pipeline is stopped */
         ds->ticket = 0;
@@ -1979,10 +2103,19 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     return PF_OK;
 }
 
+static pf_result pf__next_cuda(pf_loader *l, pf_batch *out) {
+    bool progress;
+    pf_result r = pf__next_frame(l, out, pf__take_cuda, &progress);
+    if (r == PF_OK) r = pf__cuda_consume(l, out); /* unlocked: a CUDA call */
+    return pf__next_done(l, r, progress);
+}
+
 /* Record released[d] on the consumer stream, then hand d to the stager,
-   whose next copy into d waits for that event on the GPU. The slot stays
-   held (counted) until the record succeeded, but its ticket is claimed
-   first, so a racing second release of the same batch fails. */
+   whose next copy into d waits for that event on the GPU. Claimed under
+   the lock first: the ticket (a racing second release of the batch fails)
+   and the held count (a racing pf_next waits for d instead of calling
+   itself stuck with every slot held); d reaches the stager only after the
+   record. */
 static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
     pf__cuda *cu = &l->cu;
     uint32_t d;
@@ -1998,6 +2131,7 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
     }
     d = b->pf__slot;
     cu->dslots[d].ticket = 0; /* claimed by this release: a racing second release fails */
+    cu->held--;
     b->pf__ticket = 0;
     pf__unlock_wake(l);
     e = pf__cuda_enter(l, &sv);
@@ -2014,16 +2148,14 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
         (void)cudaGetLastError();
         pf__format(what, sizeof what, "pf_release: %s", call);
         pf__cuda_msg(m, sizeof m, what, e);
-        cu->held--;
-        cu->dslots[d].state = PF__SLOT_FREE;
-        pf__cuda_fatal(l, m);
+        cu->dslots[d].state = PF__SLOT_FREE; /* written off: the pipeline stops */
+        pf__cuda_fatal(l, PF__BY_CONSUMER, m);
         r = pf__fail(l, PF_ERR_CUDA, "%s", m);
     } else {
         cu->dslots[d].state = PF__SLOT_FREE;
         cu->dfree[(cu->dfree_head + cu->dfree_count++) % l->cfg.device_slots] = d;
-        cu->held--;
         cu->last_released = d;
-        if (cu->stager_waiting) l->wake |= PF__WAKE_STAGER;
+        pf__wake(l, PF__ROLE_STAGER);
     }
     pf__unlock_wake(l);
     return r;
@@ -2040,8 +2172,8 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     pf__lock(&l->mu);
     r = pf__check_batch(l, b, "pf_batch_wait", l->cfg.device_slots, pf__device_ticket);
     while (r == PF_OK && !l->cu.dslots[b->pf__slot].landed) {
-        if (l->fatal) {
-            r = pf__fail(l, (pf_result)l->fatal, "pf_batch_wait: %s", l->take_msg);
+        if (pf__error_due(l)) {
+            r = pf__fail(l, (pf_result)l->error.code, "pf_batch_wait: %s", l->error.msg);
             break;
         }
         if (timed_out) {
@@ -2054,6 +2186,37 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     }
     pf__unlock_wake(l);
     return r;
+}
+
+static void pf__stats_cuda(pf_loader *l, pf_stats *out) { /* lock held */
+    uint32_t i;
+    out->device_slots = l->cfg.device_slots;
+    for (i = 0; i < l->cfg.device_slots; i++) {
+        out->device_ready += l->cu.dslots[i].state == PF__SLOT_READY;
+        out->device_held += l->cu.dslots[i].state == PF__SLOT_HELD;
+    }
+}
+
+static pf_result pf__alloc_slots_cuda(pf_loader *l, char *why, size_t n) { return pf__cuda_create(l, why, n); }
+static void pf__free_slots_cuda(pf_loader *l) { pf__cuda_destroy(l); }
+
+static pf_result pf__start_helpers_cuda(pf_loader *l, char *why, size_t n) {
+    if (PF__THREAD_START(&l->cu.stager, pf__stager_main, l) != 0) {
+        pf__format(why, n, "pf_create: could not start the stager thread");
+        return PF_ERR_THREAD;
+    }
+    l->cu.stager_started = true;
+    if (PF__THREAD_START(&l->cu.retirer, pf__retire_main, l) != 0) {
+        pf__format(why, n, "pf_create: could not start the retirer thread");
+        return PF_ERR_THREAD;
+    }
+    l->cu.retirer_started = true;
+    return PF_OK;
+}
+
+static void pf__join_helpers_cuda(pf_loader *l) {
+    if (l->cu.stager_started) pf__thread_join(l->cu.stager);
+    if (l->cu.retirer_started) pf__thread_join(l->cu.retirer);
 }
 #endif /* PREFETCH_CUDA */
 
@@ -2071,6 +2234,30 @@ static long long pf__env_number(const char *name, const char **text) {
     n = strtoull(v, &end, 10);
     if (*end || n > PF__MAX_WORLD * 16ull) return -2;
     return (long long)n;
+}
+
+/* How many devices CUDA_VISIBLE_DEVICES makes visible, read as the runtime
+   reads it: entries up to the first one that is not a device (an index, or
+   a GPU-/MIG- UUID) count, the rest is ignored. So "0,1," is two devices,
+   "0,,1" one, "-1" none. */
+static long long pf__visible_devices(const char *v) {
+    long long k = 0;
+    for (;;) {
+        const char *e = v;
+        while (*e == ' ') e++;
+        if (*e >= '0' && *e <= '9') {
+            while (*e >= '0' && *e <= '9') e++;
+        } else if (!strncmp(e, "GPU-", 4) || !strncmp(e, "MIG-", 4)) {
+            while (*e && *e != ',') e++;
+        } else {
+            return k;
+        }
+        while (*e == ' ') e++;
+        if (*e != ',' && *e) return k; /* "1x": not a device, and nothing after it counts */
+        k++;
+        if (!*e) return k;
+        v = e + 1;
+    }
 }
 
 PF_API pf_result pf_shard_from_env(pf_config *cfg) {
@@ -2111,11 +2298,7 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg) {
         if (local >= 0) {
             /* with CUDA_VISIBLE_DEVICES the process sees only its own list */
             const char *vis = getenv("CUDA_VISIBLE_DEVICES"); /* NOLINT(concurrency-mt-unsafe): as above */
-            long long k = 0;
-            if (vis && *vis) {
-                k = 1;
-                for (; *vis; vis++) k += *vis == ',';
-            }
+            long long k = vis ? pf__visible_devices(vis) : 0;
             cfg->cuda_device = (int)(k ? local % k : local);
         }
         return PF_OK;
@@ -2147,28 +2330,14 @@ static void pf__teardown(pf_loader *l) {
     if (l->mu_ok) {
         pf__lock(&l->mu);
         PF__STORE_FLAG(&l->stopping, 1);
-        if (l->worker_cv_ok) pf__broadcast(&l->worker_cv);
-        if (l->consumer_cv_ok) pf__broadcast(&l->consumer_cv);
-#ifdef PREFETCH_CUDA
-        if (l->cu.stager_cv_ok) pf__broadcast(&l->cu.stager_cv);
-        if (l->cu.retire_cv_ok) pf__broadcast(&l->cu.retire_cv);
-#endif
+        for (i = 0; i < l->cv_ok; i++) pf__broadcast(&l->cv[i]);
         pf__unlock(&l->mu);
     }
-#ifdef PREFETCH_CUDA
-    if (l->cu.stager_started) pf__thread_join(l->cu.stager);
-    if (l->cu.retirer_started) pf__thread_join(l->cu.retirer);
-#endif
+    PF__BACKEND(l, pf__join_helpers)(l);
     for (i = 0; i < l->workers_started; i++) pf__thread_join(l->workers[i].thread);
-#ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) pf__cuda_destroy(l);
-    if (l->cu.stager_cv_ok) pf__cond_destroy(&l->cu.stager_cv);
-    if (l->cu.retire_cv_ok) pf__cond_destroy(&l->cu.retire_cv);
-#endif
-    if (l->consumer_cv_ok) pf__cond_destroy(&l->consumer_cv);
-    if (l->worker_cv_ok) pf__cond_destroy(&l->worker_cv);
+    PF__BACKEND(l, pf__free_slots)(l);
+    for (i = 0; i < l->cv_ok; i++) pf__cond_destroy(&l->cv[i]);
     if (l->mu_ok) pf__mutex_destroy(&l->mu);
-    if (l->host_raw) a.free_fn(l->host_raw, a.user_data);
     a.free_fn(l, a.user_data);
 }
 
@@ -2180,7 +2349,6 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
     unsigned char *base;
     pf_loader *l;
-    pf_result r;
 #ifdef PREFETCH_CUDA
     size_t o_dslots = 0, o_dfree = 0, o_items = 0, o_copied = 0, o_released = 0, o_hdone = 0, o_flights = 0;
     uint32_t fifo_cap = dslots + plan_cap + 2;
@@ -2191,7 +2359,9 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_order = pf__reserve(&lay, nslots, sizeof(uint32_t));
     o_fifo = pf__reserve(&lay, nslots, sizeof(uint32_t));
     o_msgs = pf__reserve(&lay, nslots, PF__MSG_SIZE);
-    o_index = pf__reserve(&lay, (size_t)(nslots + dslots) * c->batch_size, sizeof(uint64_t));
+    /* count and element size apart: pf__reserve checks the product (a
+       32-bit size_t could wrap it before) */
+    o_index = pf__reserve(&lay, (size_t)nslots + dslots, (size_t)c->batch_size * sizeof(uint64_t));
     o_plans = pf__reserve(&lay, plan_cap, sizeof(pf__plan));
     o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
 #ifdef PREFETCH_CUDA
@@ -2220,6 +2390,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l = (pf_loader *)base;
     l->cfg = *c;
     l->backend = backend;
+    l->taker = backend == PF_BACKEND_CUDA ? PF__ROLE_STAGER : PF__ROLE_CONSUMER;
     l->stride = stride;
     l->nslots = nslots;
     l->plan_cap = plan_cap;
@@ -2259,73 +2430,35 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
             cu->dfree[i] = i;
         }
         cu->dfree_count = dslots;
-        r = pf__cuda_create(l, why, n);
-        if (r != PF_OK) return r;
     }
 #endif
-    if (backend == PF_BACKEND_HOST) {
-        size_t bytes = (size_t)nslots * stride + PF__ALIGN;
-        unsigned char *p;
-        l->host_raw = c->allocator.alloc_fn(bytes, c->allocator.user_data);
-        if (!l->host_raw) {
-            pf__format(why, n, "pf_create: out of memory: %llu bytes for host_slots %u x %llu (cfg.allocator)",
-                       (unsigned long long)bytes, (unsigned)nslots, (unsigned long long)stride);
-            return PF_ERR_NO_MEMORY;
-        }
-        p = (unsigned char *)l->host_raw;
-        p += (PF__ALIGN - (uintptr_t)p % PF__ALIGN) % PF__ALIGN;
-        /* touch every page now: memory use is exact from the start and the
-           first epoch pays no page faults (pinned memory is resident
-           already). Not with zeros: some hypervisors back zeroed pages
-           lazily and charge the first real write instead. */
-        memset(p, 0xa5, (size_t)nslots * stride);
-        for (i = 0; i < nslots; i++) l->slots[i].data = p + (size_t)i * stride;
-    }
-    r = PF_OK;
-    return r;
+    return PF__BACKEND(l, pf__alloc_slots)(l, why, n);
 }
 
 static pf_result pf__start(pf_loader *l, char *why, size_t n) {
     uint32_t i;
+    pf_result r;
     if (pf__mutex_init(&l->mu) != 0) goto thread_fail;
     l->mu_ok = true;
-    if (pf__cond_init(&l->worker_cv) != 0) goto thread_fail;
-    l->worker_cv_ok = true;
-    if (pf__cond_init(&l->consumer_cv) != 0) goto thread_fail;
-    l->consumer_cv_ok = true;
-#ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) {
-        if (pf__cond_init(&l->cu.stager_cv) != 0) goto thread_fail;
-        l->cu.stager_cv_ok = true;
-        if (pf__cond_init(&l->cu.retire_cv) != 0) goto thread_fail;
-        l->cu.retire_cv_ok = true;
-    }
-#endif
+    for (l->cv_ok = 0; l->cv_ok < PF__ROLES; l->cv_ok++)
+        if (pf__cond_init(&l->cv[l->cv_ok]) != 0) goto thread_fail;
     for (i = 0; i < l->cfg.num_workers; i++) {
         pf__worker *w = &l->workers[i];
         w->owner = l;
         w->id = i;
-        if (pf__thread_start(&w->thread, pf__worker_main, w) != 0) {
+        if (PF__THREAD_START(&w->thread, pf__worker_main, w) != 0) {
             pf__format(why, n, "pf_create: could not start worker thread %u of %u", (unsigned)i,
                        (unsigned)l->cfg.num_workers);
             return PF_ERR_THREAD;
         }
         l->workers_started++;
     }
-#ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) {
-        if (pf__thread_start(&l->cu.stager, pf__stager_main, l) != 0) {
-            pf__format(why, n, "pf_create: could not start the stager thread");
-            return PF_ERR_THREAD;
-        }
-        l->cu.stager_started = true;
-        if (pf__thread_start(&l->cu.retirer, pf__retire_main, l) != 0) {
-            pf__format(why, n, "pf_create: could not start the retirer thread");
-            return PF_ERR_THREAD;
-        }
-        l->cu.retirer_started = true;
-    }
-#endif
+    r = PF__BACKEND(l, pf__start_helpers)(l, why, n);
+    if (r != PF_OK) return r;
+    pf__lock(&l->mu); /* everything exists: the workers may start calling user code */
+    l->started = true;
+    pf__broadcast(&l->cv[PF__ROLE_WORKER]);
+    pf__unlock(&l->mu);
     return PF_OK;
 thread_fail:
     pf__format(why, n, "pf_create: could not initialise a mutex or condition variable");
@@ -2349,6 +2482,11 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
 #ifdef PREFETCH_CUDA
     if (c.backend != PF_BACKEND_HOST) {
         r = pf__cuda_probe(&c, why, n);
+        if (r == PF_OK && pf__slots_overflow(c.batch_bytes, c.device_slots)) {
+            pf__format(why, n, "cfg.batch_bytes is %llu: device_slots (%u) slots of it do not fit in memory",
+                       (unsigned long long)c.batch_bytes, (unsigned)c.device_slots);
+            return PF_ERR_INVALID_ARG;
+        }
         if (r == PF_OK) {
             backend = PF_BACKEND_CUDA;
         } else if (c.backend == PF_BACKEND_CUDA || r == PF_ERR_INVALID_ARG) {
@@ -2397,58 +2535,30 @@ PF_API void pf_destroy(pf_loader *l) {
 }
 
 PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
-    struct timespec deadline;
-    pf_result r;
-    bool progress;
     if (!l) return PF_ERR_INVALID_ARG;
     if (out) memset(out, 0, sizeof *out); /* on anything but PF_OK the caller owns nothing */
-    if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
+    return PF__BACKEND(l, pf__next)(l, out);
+}
+
+/* A NULL batch, for pf_release and pf_batch_wait. */
+static pf_result pf__null_batch(pf_loader *l, const char *fn) {
+    pf_result r;
     pf__lock(&l->mu);
-    if (!l->st_first_ns) l->st_first_ns = l->st_last_ns = pf__now_ns(); /* waits count from the first call */
-    if (!out) {
-        r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_next: out is NULL");
-    } else if (l->fatal) {
-        r = pf__fail(l, (pf_result)l->fatal, "%s", l->take_msg);
-    } else {
-#ifdef PREFETCH_CUDA
-        if (l->backend == PF_BACKEND_CUDA)
-            r = pf__next_cuda(l, out, l->cfg.timeout_ms ? &deadline : NULL);
-        else
-#endif
-            r = pf__next_host(l, out, l->cfg.timeout_ms ? &deadline : NULL);
-    }
-    progress = r == PF_OK && l->cfg.progress && l->st_batches % l->cfg.progress_every == 0;
-    pf__unlock_wake(l);
-#ifdef PREFETCH_CUDA
-    if (r == PF_OK && l->backend == PF_BACKEND_CUDA) r = pf__cuda_consume(l, out);
-#endif
-    if (progress && r == PF_OK) l->cfg.progress(l->cfg.progress_user, l); /* unlocked: it may call pf_get_stats */
+    r = pf__fail(l, PF_ERR_INVALID_ARG, "%s: batch is NULL", fn);
+    pf__unlock(&l->mu);
     return r;
 }
 
 PF_API pf_result pf_release(pf_loader *l, pf_batch *b) {
-    pf_result r;
     if (!l) return PF_ERR_INVALID_ARG;
-#ifdef PREFETCH_CUDA
-    if (b && l->backend == PF_BACKEND_CUDA) return pf__release_cuda(l, b);
-#endif
-    pf__lock(&l->mu);
-    r = b ? pf__release_host(l, b) : pf__fail(l, PF_ERR_INVALID_ARG, "pf_release: batch is NULL");
-    pf__unlock_wake(l);
-    return r;
+    if (!b) return pf__null_batch(l, "pf_release");
+    return PF__BACKEND(l, pf__release)(l, b);
 }
 
 PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b) {
-    pf_result r;
     if (!l) return PF_ERR_INVALID_ARG;
-#ifdef PREFETCH_CUDA
-    if (b && l->backend == PF_BACKEND_CUDA) return pf__batch_wait_cuda(l, b);
-#endif
-    pf__lock(&l->mu);
-    r = b ? pf__check_batch(l, b, "pf_batch_wait", l->nslots, pf__host_ticket)
-          : pf__fail(l, PF_ERR_INVALID_ARG, "pf_batch_wait: batch is NULL");
-    pf__unlock_wake(l);
-    return r;
+    if (!b) return pf__null_batch(l, "pf_batch_wait");
+    return PF__BACKEND(l, pf__batch_wait)(l, b);
 }
 
 PF_API const char *pf_error(const pf_loader *l) {
@@ -2503,7 +2613,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->backend = l->backend;
     out->num_workers = l->cfg.num_workers;
     out->host_slots = l->nslots;
-    out->device_slots = l->backend == PF_BACKEND_CUDA ? l->cfg.device_slots : 0;
+    out->device_slots = 0; /* the backend's part below */
     out->epoch = l->cons_epoch;
     out->batch = l->cons_batch;
     out->batches_in_epoch = l->cons_nbatches;
@@ -2528,14 +2638,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
         out->held_slots += st == PF__SLOT_HELD;
         out->copying_slots += st == PF__SLOT_COPYING || st == PF__SLOT_STAGING;
     }
-#ifdef PREFETCH_CUDA
-    if (l->backend == PF_BACKEND_CUDA) {
-        for (i = 0; i < l->cfg.device_slots; i++) {
-            out->device_ready += l->cu.dslots[i].state == PF__SLOT_READY;
-            out->device_held += l->cu.dslots[i].state == PF__SLOT_HELD;
-        }
-    }
-#endif
+    PF__BACKEND(l, pf__stats)(l, out);
     pf__unlock(&l->mu);
     pf__verdict(out);
 }
@@ -2546,13 +2649,13 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     double el, rate;
     char of[32] = "";
     int n;
-    if (!buf || !size) return 0;
     pf_get_stats(l, &s);
     el = s.elapsed_s > 0 ? s.elapsed_s : 0;
     rate = el > 0 ? (double)s.bytes / el : 0;
     if (s.batches_in_epoch) pf__format(of, sizeof of, "/%llu", (unsigned long long)s.batches_in_epoch);
     /* "\xc2\xb7" is a UTF-8 middle dot */
-    n = snprintf(buf, size,
+    if (!buf) size = 0; /* (NULL, 0): just the length, to size a buffer */
+    n = snprintf(size ? buf : NULL, size,
                  "epoch %llu \xc2\xb7 batch %llu%s \xc2\xb7 %.1f %s \xc2\xb7 %.0f batches/s \xc2\xb7 waited %.0f%% "
                  "\xc2\xb7 %s",
                  (unsigned long long)s.epoch, (unsigned long long)s.batch, of, rate >= 1e9 ? rate / 1e9 : rate / 1e6,
@@ -2564,7 +2667,9 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
 PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) {
     pf__worker *w = job ? (pf__worker *)job->pf__worker : NULL;
     va_list ap;
-    if (!w || !fmt) return -1;
+    if (!w) return -1;
+    w->failed = true;
+    if (!fmt) return -1;
     va_start(ap, fmt);
     pf__vformat(w->msg, sizeof w->msg, fmt, ap);
     va_end(ap);

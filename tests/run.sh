@@ -48,12 +48,24 @@ step() {
     fi
 }
 
+# clang is optional: its own builds are skipped with a line, never silently
+clang_step() {
+    if [ "$HAVE_CLANG" = "1" ]; then step "$@"; else
+        echo "  SKIPPED $1: no clang on PATH (install clang to run it; the gcc builds ran)"; fi
+}
+
 echo "host backend: the core suite built five ways"
 step "gcc C11"           $B/core_gcc
-step "clang C11"         $B/core_clang
+clang_step "clang C11"   $B/core_clang
 step "g++ C++17"         $B/core_cxx
 step "gcc ASan+UBSan"    $B/core_asan
 step "gcc TSan"          $B/core_tsan
+
+echo "many threads, one loader: consumers, releasers and a stats reader on both backends"
+step "threads, host backend"             $B/threads_gcc
+step "threads, host backend, TSan"       $B/threads_tsan
+step "threads, simulated CUDA"           $B/threads_sim
+step "threads, simulated CUDA, TSan"     $B/threads_sim_tsan
 
 echo "CUDA backend on the simulated runtime (races checked on every access)"
 step "core suite, seed 1"            $B/core_sim -s 1
@@ -76,7 +88,7 @@ step "gpu_bench on the timing model (quick)" $B/gpu_bench_model --quick
 
 echo "builds as users make them"
 step "strict C11, gcc (no POSIX)"    $B/strict_gcc
-step "strict C11, clang"             $B/strict_clang
+clang_step "strict C11, clang"       $B/strict_clang
 step "C++17, g++"                    $B/strict_cxx
 step "PREFETCH_STATIC"               $B/static_impl
 step "two translation units"         $B/two_tu
@@ -87,7 +99,7 @@ step "examples/record_files --check"  $B/record_files --check --quick
 step "demo --quick"                  $B/demo --quick
 
 if [ "$HAVE_CUDA" = "1" ]; then
-    echo "the real CUDA toolkit ($CUDA_HOME)"
+    echo "the real CUDA toolkit ($NVCC)"
     step "gcc -DPREFETCH_CUDA -lcudart" $B/real_gcc
     step "g++ -DPREFETCH_CUDA -lcudart" $B/real_cxx
     step "gcc -DPREFETCH_NVTX -lcudart" $B/real_nvtx
@@ -98,8 +110,8 @@ if [ "$HAVE_CUDA" = "1" ]; then
     step "nvcc bench/gpu_bench.cu"      $B/gpu_bench --quick
     step "nvcc demo --quick"            $B/demo_cuda --quick
 else
-    echo "SKIPPED: the CUDA toolkit builds (gcc/g++ -lcudart, nvcc): no toolkit at ${CUDA_HOME:-/usr/local/cuda};"
-    echo "         set CUDA_HOME to run them. The simulated-runtime suites above did run."
+    echo "SKIPPED: the CUDA toolkit builds (gcc/g++ -lcudart, nvcc): no toolkit at ${CUDA_HOME:-/usr/local/cuda}"
+    echo "         and no nvcc on PATH; set CUDA_HOME to run them. The simulated-runtime suites above did run."
 fi
 
 [ $skip -gt 0 ] && echo "($skip skipped; each is named above with its reason)"

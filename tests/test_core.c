@@ -10,6 +10,25 @@
 
 /* ---- sampler ---- */
 
+/* The Feistel network run backwards, and its cycle walk: the inverse of
+   the shuffle, to prove it a bijection at sizes too large to enumerate.
+   Test-only, so it lives here and not in the header. */
+static uint64_t feistel_inverse(const pf__perm *p, uint64_t y) {
+    uint64_t l = y >> p->half, r = y & p->mask;
+    for (int i = PF__FEISTEL_ROUNDS - 1; i >= 0; i--) {
+        uint64_t t = r ^ (pf__mix(l ^ p->key[i]) & p->mask);
+        r = l;
+        l = t;
+    }
+    return (l << p->half) | r;
+}
+
+static uint64_t pf__perm_invert(const pf__perm *p, uint64_t y) {
+    do y = feistel_inverse(p, y);
+    while (y >= p->n);
+    return y;
+}
+
 static void test_perm_small_sizes(void) {
     const uint64_t sizes[] = {1, 2, 3, 4, 5, 17, 1000, (1u << 20) + 3};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -507,6 +526,81 @@ static void test_load_failure_after_earlier_batches_sticky(void) {
     check_load_failure(false, true);
 }
 
+/* pf_job_fail with an empty message is still pf_job_fail: not reported as
+   a callback that returned non-zero without it. */
+static void test_empty_failure_message_is_not_misreported(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_open(&t, &c, &r);
+    t.fail_epoch = 0;
+    t.fail_batch = 2;
+    t.fail_empty = 1;
+    cfg = t_config(&t, 40, 4, 1);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
+    CHECK_CONTAINS(r.msg, "epoch 0 batch 2");
+    CHECK_CONTAINS(r.msg, "pf_job_fail with an empty message");
+    CHECKF(!strstr(r.msg, "without pf_job_fail"), "%s", r.msg);
+    t_close(&t, &c, &r);
+}
+
+/* An allocator that refuses huge blocks without asking malloc (ASan would
+   abort on the request itself). */
+static void *refuse_huge(size_t size, void *user) {
+    (void)user;
+    return size > ((size_t)1 << 30) ? NULL : malloc(size);
+}
+static void free_plain(void *p, void *user) {
+    (void)user;
+    free(p);
+}
+
+/* The size check counts the slots the backend allocates: on the host
+   backend host_slots only, not the unused default device_slots (3). One
+   slot of SIZE_MAX/2 bytes fits the arithmetic (and then does not fit in
+   memory: NO_MEMORY, naming the bytes); three would not. */
+static void test_size_check_counts_the_backends_slots(void) {
+    tload t;
+    pf_config cfg;
+    pf_loader *l = NULL;
+    t_load_init(&t);
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.host_slots = 1;
+    cfg.batch_bytes = SIZE_MAX / 2;
+    cfg.allocator.alloc_fn = refuse_huge;
+    cfg.allocator.free_fn = free_plain;
+#ifdef TEST_SIM
+    cudaSimReset(h_seed, 0, 1);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG); /* CUDA: three device slots do not fit */
+    CHECK_CONTAINS(pf_error(NULL), "device_slots (3) slots of it do not fit");
+#else
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_MEMORY);
+    CHECK_CONTAINS(pf_error(NULL), "host_slots 1");
+    CHECKF(!strstr(pf_error(NULL), "3 slots"), "%s", pf_error(NULL));
+#endif
+    CHECK(l == NULL);
+    cfg.host_slots = 3; /* three host slots really do not fit */
+    cfg.device_slots = 1;
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(NULL), "host_slots (3) slots of it do not fit");
+    t_load_free(&t);
+}
+
+/* Bookkeeping sizes are checked as count x size before they are multiplied
+   (a 32-bit size_t would wrap the product first). */
+static void test_bookkeeping_product_overflow_is_caught(void) {
+    pf__layout lay = {0, false};
+    (void)pf__reserve(&lay, SIZE_MAX / 8 + 1, 16);
+    CHECK(lay.overflow);
+    lay.size = 0;
+    lay.overflow = false;
+    (void)pf__reserve(&lay, 1000, 16);
+    CHECK(!lay.overflow);
+}
+
 /* After a failure nothing new is loaded: the one worker publishes the
    failure and would claim its next job under the same lock. */
 static void test_load_failure_stops_loading(void) {
@@ -948,12 +1042,21 @@ static void test_stats_line_and_progress_callback(void) {
     CHECK(strstr(line, "-bound") != NULL);
     CHECK_EQ(pf_stats_format(c.l, tiny, sizeof tiny), (int)strlen(line)); /* cut to fit, length as snprintf */
     CHECK_EQ(strlen(tiny), sizeof tiny - 1);
-    CHECK_EQ(pf_stats_format(c.l, NULL, 0), 0);
+    { /* (NULL, 0) gives the full length, the usual way to size a buffer */
+        char full[512];
+        int need = pf_stats_format(c.l, NULL, 0);
+        CHECK(need > 0);
+        CHECK_EQ(pf_stats_format(c.l, full, sizeof full), need);
+        CHECK_EQ(strlen(full), (size_t)need);
+    }
     if (h_verbose) printf("    %s\n", line);
     t_close(&t, &c, &r);
 }
 
 static const h_test tests[] = {
+    {"empty_failure_message_is_not_misreported", test_empty_failure_message_is_not_misreported},
+    {"size_check_counts_the_backends_slots", test_size_check_counts_the_backends_slots},
+    {"bookkeeping_product_overflow_is_caught", test_bookkeeping_product_overflow_is_caught},
     {"perm_small_sizes", test_perm_small_sizes},
     {"perm_huge_spot_check", test_perm_huge_spot_check},
     {"huge_dataset_loader_uses_little_memory", test_huge_dataset_loader_uses_little_memory},

@@ -86,7 +86,26 @@ static cudaError_t mut_stream_synchronize(cudaStream_t s) {
 }
 static cudaError_t mut_event_query(cudaEvent_t e) { return swallow(cudaEventQuery(e)); }
 static cudaError_t mut_set_device(int d) { return swallow(cudaSetDevice(d)); }
-static cudaError_t mut_event_record(cudaEvent_t e, cudaStream_t s) { return swallow(cudaEventRecord(e, s)); }
+/* A gate a release's cudaEventRecord can be held at (on the consumer
+   stream only), to open the window between claiming a release and
+   finishing it. */
+static int hold_release, release_entered, release_open;
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static cudaError_t mut_event_record(cudaEvent_t e, cudaStream_t s) {
+    pthread_mutex_lock(&hold_mu);
+    if (hold_release && s == mutant_consumer) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 60;
+        release_entered = 1;
+        pthread_cond_broadcast(&hold_cv);
+        while (!release_open)
+            if (pthread_cond_timedwait(&hold_cv, &hold_mu, &dl) != 0) break;
+    }
+    pthread_mutex_unlock(&hold_mu);
+    return swallow(cudaEventRecord(e, s));
+}
 static cudaError_t mut_memcpy_async(void *d, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
     cudaError_t e = swallow(cudaMemcpyAsync(d, src, n, k, st));
     pthread_mutex_lock(&copies_mu);
@@ -207,7 +226,7 @@ static void test_rig_flags_consume_without_copy_wait(void) { check_rig_flags(seq
 static void test_rig_flags_copy_before_release(void) { check_rig_flags(seq_overwrite, "(b) copy before release"); }
 static void test_rig_flags_refill_during_dma(void) { check_rig_flags(seq_refill, "(c) refill during DMA"); }
 
-static void test_rig_flags_pageable_source_and_missing_set_device(void) {
+static void test_rig_flags_pageable_source(void) {
     rig r;
     char msg[768], pageable[256];
     rig_open(&r, 1, 0);
@@ -928,6 +947,66 @@ static void test_fault_with_a_batch_held_and_during_release(void) {
     }
 }
 
+/* A pf_next racing a pf_release that is inside its cudaEventRecord: the
+   released slot no longer counts as held, so pf_next waits for it (here,
+   until its timeout) instead of failing with "you hold every slot". */
+typedef struct releasing {
+    tcons *c;
+    pf_batch b;
+    pf_result r;
+} releasing;
+static void *release_held(void *arg) {
+    releasing *x = (releasing *)arg;
+    x->r = pf_release(x->c->l, &x->b);
+    return NULL;
+}
+
+static void test_next_racing_a_release_is_not_invalid_state(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b1, b;
+    releasing x;
+    pthread_t th;
+    struct timespec dl;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    mutant_consumer = c.stream;
+    cfg = t_config(&t, 100, 5, 1);
+    cfg.device_slots = 2;
+    cfg.timeout_ms = 300;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    memset(&x, 0, sizeof x);
+    x.c = &c;
+    CHECK_EQ(t_next(&c, &x.b), PF_OK);
+    CHECK_EQ(t_next(&c, &b1), PF_OK); /* both device slots held */
+    pthread_mutex_lock(&hold_mu);
+    hold_release = 1;
+    release_entered = release_open = 0;
+    pthread_mutex_unlock(&hold_mu);
+    pthread_create(&th, NULL, release_held, &x);
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60;
+    pthread_mutex_lock(&hold_mu);
+    while (!release_entered)
+        if (pthread_cond_timedwait(&hold_cv, &hold_mu, &dl) != 0) break;
+    pthread_mutex_unlock(&hold_mu);
+    /* the release is half done: pf_next must wait for its slot */
+    CHECK_EQ(pf_next(c.l, &b), PF_TIMEOUT);
+    pthread_mutex_lock(&hold_mu);
+    release_open = 1;
+    hold_release = 0;
+    pthread_cond_broadcast(&hold_cv);
+    pthread_mutex_unlock(&hold_mu);
+    pthread_join(th, NULL);
+    CHECK_EQ(x.r, PF_OK);
+    CHECK_EQ(t_next(&c, &b), PF_OK); /* and the slot it released comes back */
+    t_release(&c, &b);
+    t_release(&c, &b1);
+    t_end(&c);
+    t_load_free(&t);
+}
+
 /* When entering the loader's device fails, the message names cudaSetDevice,
    not the call that would have come next. */
 static void test_messages_name_the_call_that_failed(void) {
@@ -1492,7 +1571,7 @@ static const h_test tests[] = {
     {"rig_flags_consume_without_copy_wait", test_rig_flags_consume_without_copy_wait},
     {"rig_flags_copy_before_release", test_rig_flags_copy_before_release},
     {"rig_flags_refill_during_dma", test_rig_flags_refill_during_dma},
-    {"rig_flags_pageable_source", test_rig_flags_pageable_source_and_missing_set_device},
+    {"rig_flags_pageable_source", test_rig_flags_pageable_source},
     {"rig_sticky_fault", test_rig_sticky_fault},
     {"rig_sync_in_progress_answers_a_fault", test_rig_sync_in_progress_answers_a_fault},
     {"rig_primary_contexts", test_rig_primary_contexts},
@@ -1505,6 +1584,7 @@ static const h_test tests[] = {
     {"fault_while_input_bound", test_fault_while_input_bound_reaches_pf_next},
     {"fault_with_a_batch_held_and_during_release", test_fault_with_a_batch_held_and_during_release},
     {"messages_name_the_call_that_failed", test_messages_name_the_call_that_failed},
+    {"next_racing_a_release_is_not_invalid_state", test_next_racing_a_release_is_not_invalid_state},
     {"torchrun_rank_no_context_on_device_0", test_torchrun_rank_creates_no_context_on_device_0},
     {"exclusive_process_device_falls_back", test_exclusive_process_device_falls_back_to_host},
     {"verdict_right_in_three_modelled_regimes", test_verdict_right_in_three_modelled_regimes},

@@ -204,6 +204,27 @@ static void test_devices_precedence_and_no_launcher(void) {
     setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3", 1); /* four per node: local rank modulo 4 */
     CHECK_EQ(pf_shard_from_env(&cfg), PF_OK);
     CHECK_EQ(cfg.cuda_device, 1);
+    { /* read as the CUDA runtime reads it: up to the first entry that is not a device */
+        static const struct {
+            const char *vis, *local;
+            int device;
+        } cases[] = {
+            {"0,1,", "2", 0},        /* a trailing comma: two devices, not three */
+            {"0,,1", "1", 0},        /* an empty entry ends the list: one device */
+            {"2, 3", "1", 1},        /* spaces around entries are fine */
+            {"GPU-8a1b,GPU-77c0", "3", 1}, /* UUIDs count */
+            {"MIG-1f2e", "2", 0},
+            {"1,x,2", "1", 0},       /* garbage ends the list */
+            {"-1", "3", 3},          /* no visible device: the local rank is left as it is */
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            setenv("CUDA_VISIBLE_DEVICES", cases[i].vis, 1);
+            setenv("LOCAL_RANK", cases[i].local, 1);
+            CHECK_EQ(pf_shard_from_env(&cfg), PF_OK);
+            CHECKF(cfg.cuda_device == cases[i].device, "CUDA_VISIBLE_DEVICES=\"%s\" LOCAL_RANK=%s: device %d, expected %d",
+                   cases[i].vis, cases[i].local, cfg.cuda_device, cases[i].device);
+        }
+    }
     clear_env();
     setenv("PMI_RANK", "2", 1); /* no local rank: the device is left alone */
     setenv("PMI_SIZE", "3", 1);

@@ -75,15 +75,24 @@ static void test_default_backend_falls_back_and_delivers(void) {
     t_load_free(&t);
 }
 
-/* Only where a GPU exists: real copies, checked after a device-to-host copy
-   on the consumer stream. */
+/* Only where a GPU exists: every batch copied back to its own host buffer
+   on the consumer stream and released right behind that copy, with no sync
+   until the end: the next copy into the slot is ordered only by the
+   release event, so an overlap bug shows as a wrong batch. */
 static void test_real_gpu_batches(void) {
     cudaError_t e;
     tload t;
     tcons c;
     pf_config cfg;
     cudaStream_t stream;
-    void *back;
+    unsigned char *back;
+    enum { MAXB = 2 * 79 };
+    static struct {
+        uint64_t epoch, batch, rng, idx[64];
+        uint32_t count;
+        size_t bytes;
+    } meta[MAXB];
+    const size_t stride = t_batch_bytes(64);
     int n = 0;
     if (gpu_count(&e) == 0) {
         h_skip("needs a GPU (the simulated runtime covers the ordering here)");
@@ -93,11 +102,12 @@ static void test_real_gpu_batches(void) {
     t_cons_init(&c);
     CHECK(cudaSetDevice(0) == cudaSuccess);
     CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-    CHECK(cudaHostAlloc(&back, t_batch_bytes(64), cudaHostAllocDefault) == cudaSuccess);
+    CHECK(cudaHostAlloc((void **)&back, MAXB * stride, cudaHostAllocDefault) == cudaSuccess);
     cfg = t_config(&t, 5000, 64, 2);
     cfg.backend = PF_BACKEND_CUDA;
     cfg.stream = stream;
     cfg.shuffle = true;
+    cfg.device_slots = 2;
     CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
     for (;;) {
         pf_batch b;
@@ -107,13 +117,23 @@ static void test_real_gpu_batches(void) {
             CHECK_EQ(r, PF_END_OF_DATA);
             break;
         }
-        CHECK(cudaMemcpyAsync(back, b.data, b.bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess);
-        CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
-        t_verify(&c, (const uint64_t *)back, b.bytes, b.epoch, b.batch, b.count, b.rng, b.indices);
-        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        if (n >= MAXB) break;
+        CHECK(cudaMemcpyAsync(back + (size_t)n * stride, b.data, b.bytes, cudaMemcpyDeviceToHost, stream) ==
+              cudaSuccess);
+        meta[n].epoch = b.epoch;
+        meta[n].batch = b.batch;
+        meta[n].rng = b.rng;
+        meta[n].count = b.count;
+        meta[n].bytes = b.bytes;
+        memcpy(meta[n].idx, b.indices, b.count * sizeof(uint64_t));
+        CHECK_EQ(pf_release(c.l, &b), PF_OK); /* right behind the read: no sync */
         n++;
     }
-    CHECK_EQ(n, 2 * 79);
+    CHECK_EQ(n, MAXB);
+    CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+    for (int k = 0; k < n; k++)
+        t_verify(&c, (const uint64_t *)(back + (size_t)k * stride), meta[k].bytes, meta[k].epoch, meta[k].batch,
+                 meta[k].count, meta[k].rng, meta[k].idx);
     CHECK_EQ(c.checked, n);
     t_end(&c);
     cudaFreeHost(back);

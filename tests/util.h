@@ -29,6 +29,7 @@ typedef struct tload {
     unsigned slow_every;            /* if set: 1 batch in this many sleeps max_delay_us, the rest none */
     long long fail_epoch, fail_batch; /* -1: none */
     int fail_silent;                /* fail without pf_job_fail             */
+    int fail_empty;                 /* pf_job_fail with an empty message    */
     long long big_epoch, big_batch; /* set bytes = capacity + 1             */
     long long gate_epoch, gate_batch; /* block here until t_gate_open       */
     int gate_open, gate_entered;
@@ -117,6 +118,7 @@ T_FN int t_load(void *user, pf_job *job) {
     else if (t->max_delay_us && !t->slow_every) t_sleep_us((unsigned)(job->rng % (t->max_delay_us + 1u)));
     if ((long long)job->epoch == t->fail_epoch && (long long)job->batch == t->fail_batch) {
         if (t->fail_silent) return 7;
+        if (t->fail_empty) return pf_job_fail(job, "%s", "");
         return pf_job_fail(job, "synthetic failure reading shard %d", 42);
     }
 #ifdef TEST_SIM

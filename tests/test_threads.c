@@ -1,0 +1,368 @@
+/* test_threads.c - many threads, one loader. pf_next, pf_release,
+   pf_batch_wait and pf_get_stats "may be called from any thread": 2-4
+   consumer threads (with and without timeouts), releasers, a stats reader,
+   in order and unordered, on both backends (-DTEST_SIM: the simulated CUDA
+   runtime) and under TSan. Checks exactly-once delivery, that no waiter
+   misses its wake-up, and stats consistent with the wall clock; and the
+   defects a hostile tester found, each where it was seen. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+/* A thread start that can be made to fail (the nth, counted from the
+   reset), to prove a pf_create failing after some threads exist has run no
+   user callback. */
+static int fail_thread_at, threads_started;
+#define PF__THREAD_START(t, fn, arg) \
+    (++threads_started == fail_thread_at ? -1 : pf__thread_start((t), (fn), (arg)))
+#define PREFETCH_IMPLEMENTATION
+#include "../prefetch.h"
+#include "util.h"
+
+/* ---- the consumers ---- */
+
+typedef struct shared {
+    tcons *c;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pf_batch queue[64]; /* batches handed to the releaser threads */
+    int qlen, consumers_done, timeouts, errors;
+    uint64_t delivered;
+    unsigned char *seen; /* per (epoch, batch): times delivered */
+    uint64_t per_epoch;
+    int stop_stats;
+} shared;
+
+static void push_release(shared *sh, const pf_batch *b) {
+    pthread_mutex_lock(&sh->mu);
+    while (sh->qlen == 64) pthread_cond_wait(&sh->cv, &sh->mu); /* bounded by the releasers */
+    sh->queue[sh->qlen++] = *b;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void *consumer(void *arg) {
+    shared *sh = (shared *)arg;
+#ifdef TEST_SIM
+    CHECK(cudaSetDevice(0) == cudaSuccess); /* its kernel stand-ins run on device 0 */
+#endif
+    for (int n = 0;; n++) {
+        pf_batch b;
+        pf_result r = t_next(sh->c, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r == PF_TIMEOUT) {
+            pthread_mutex_lock(&sh->mu);
+            sh->timeouts++;
+            pthread_mutex_unlock(&sh->mu);
+            continue;
+        }
+        if (r == PF_ERR_INVALID_STATE) { /* every slot held, their releases queued for the releasers */
+            sched_yield();
+            continue;
+        }
+        if (r != PF_OK) {
+            if (r != PF_END_OF_DATA) {
+                pthread_mutex_lock(&sh->mu);
+                sh->errors++;
+                pthread_mutex_unlock(&sh->mu);
+            }
+            break;
+        }
+        pthread_mutex_lock(&sh->mu);
+        sh->seen[b.epoch * sh->per_epoch + b.batch]++;
+        sh->delivered++;
+        pthread_mutex_unlock(&sh->mu);
+        if (n % 2) push_release(sh, &b); /* half released by another thread */
+        else t_release(sh->c, &b);
+    }
+    pthread_mutex_lock(&sh->mu);
+    sh->consumers_done++;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+static int consumers_total;
+
+static void *releaser(void *arg) {
+    shared *sh = (shared *)arg;
+    pthread_mutex_lock(&sh->mu);
+    for (;;) {
+        while (!sh->qlen && sh->consumers_done < consumers_total) pthread_cond_wait(&sh->cv, &sh->mu);
+        if (!sh->qlen) break;
+        pf_batch b = sh->queue[--sh->qlen];
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        t_release(sh->c, &b);
+        pthread_mutex_lock(&sh->mu);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+static void *stats_reader(void *arg) {
+    shared *sh = (shared *)arg;
+    for (;;) {
+        pf_stats st;
+        char line[256];
+        pthread_mutex_lock(&sh->mu);
+        int stop = sh->stop_stats;
+        pthread_mutex_unlock(&sh->mu);
+        if (stop) break;
+        pf_get_stats(sh->c->l, &st);
+        CHECKF(st.wait_s <= st.elapsed_s + 1e-9, "waited %.6f s of %.6f", st.wait_s, st.elapsed_s);
+        CHECK(st.held_slots + st.free_slots + st.loading_slots + st.ready_slots + st.copying_slots <= st.host_slots);
+        (void)pf_stats_format(sh->c->l, line, sizeof line);
+        sched_yield();
+    }
+    return NULL;
+}
+
+static void run_many(int consumers, bool unordered, uint32_t timeout_ms, unsigned long long seed) {
+    tload t;
+    tcons c;
+    shared sh;
+    pf_config cfg;
+    pthread_t cth[4], rth[2], sth;
+    pf_stats st;
+    const uint64_t n = 600, bs = 4, epochs = 3;
+    double t0;
+    t_load_init(&t);
+    t.max_delay_us = 300;
+    t_begin(&c, seed);
+    memset(&sh, 0, sizeof sh);
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_cond_init(&sh.cv, NULL);
+    sh.c = &c;
+    sh.per_epoch = n / bs;
+    sh.seen = (unsigned char *)calloc(epochs * sh.per_epoch, 1);
+    cfg = t_config(&t, n, (uint32_t)bs, (uint32_t)epochs);
+    cfg.unordered = unordered;
+    cfg.shuffle = true;
+    cfg.timeout_ms = timeout_ms ? timeout_ms : T_WAIT_MS;
+    cfg.host_slots = 6;
+    cfg.device_slots = 4;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    consumers_total = consumers;
+    t0 = h_now();
+    for (int i = 0; i < consumers; i++) pthread_create(&cth[i], NULL, consumer, &sh);
+    for (int i = 0; i < 2; i++) pthread_create(&rth[i], NULL, releaser, &sh);
+    pthread_create(&sth, NULL, stats_reader, &sh);
+    for (int i = 0; i < consumers; i++) pthread_join(cth[i], NULL);
+    for (int i = 0; i < 2; i++) pthread_join(rth[i], NULL);
+    pthread_mutex_lock(&sh.mu);
+    sh.stop_stats = 1;
+    pthread_mutex_unlock(&sh.mu);
+    pthread_join(sth, NULL);
+    pf_get_stats(c.l, &st);
+    /* exactly once: every batch of every epoch, by whichever thread */
+    CHECK_EQ(sh.delivered, epochs * sh.per_epoch);
+    for (uint64_t k = 0; k < epochs * sh.per_epoch; k++)
+        CHECKF(sh.seen[k] == 1, "epoch %llu batch %llu delivered %d times", (unsigned long long)(k / sh.per_epoch),
+               (unsigned long long)(k % sh.per_epoch), sh.seen[k]);
+    CHECK_EQ(sh.errors, 0);
+    /* stats against the wall clock */
+    CHECK_EQ(st.batches, epochs * sh.per_epoch);
+    CHECKF(st.wait_s <= st.elapsed_s, "waited %.6f s of %.6f s", st.wait_s, st.elapsed_s);
+    CHECKF(st.elapsed_s <= h_now() - t0, "elapsed %.6f s, the run took %.6f s", st.elapsed_s, h_now() - t0);
+    if (h_verbose)
+        printf("    %d consumers, %s, timeout %u ms: %d timeouts, waited %.3f of %.3f s\n", consumers,
+               unordered ? "unordered" : "in order", timeout_ms, sh.timeouts, st.wait_s, st.elapsed_s);
+    t_end(&c);
+    free(sh.seen);
+    pthread_mutex_destroy(&sh.mu);
+    pthread_cond_destroy(&sh.cv);
+    t_load_free(&t);
+}
+
+static void test_two_to_four_consumers_exactly_once(void) {
+    for (int consumers = 2; consumers <= 4; consumers++)
+        for (int unordered = 0; unordered < 2; unordered++)
+            run_many(consumers, unordered, 0, h_seed * 10 + (unsigned)consumers);
+}
+
+static void test_consumers_with_short_timeouts_exactly_once(void) {
+    for (int unordered = 0; unordered < 2; unordered++) run_many(3, unordered, 2, h_seed * 10 + 7);
+}
+
+/* ---- defect 1: a lost wake-up between two consumers ----
+   A waits, B waits; A's timeout passes; then batch 0 becomes ready. B must
+   be woken by it, not sleep to its own deadline (with a flag, A cleared
+   "a consumer waits" on its way out and B was forgotten). */
+typedef struct waiter {
+    tcons *c;
+    pf_result r;
+    double returned;
+} waiter;
+
+static void *wait_one(void *arg) {
+    waiter *w = (waiter *)arg;
+    pf_batch b;
+    w->r = pf_next(w->c->l, &b);
+    w->returned = h_now();
+    if (w->r == PF_OK) t_release(w->c, &b);
+    return NULL;
+}
+
+static void test_no_lost_wakeup_between_two_consumers(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    waiter a, b;
+    pthread_t ta, tb;
+    double opened;
+    t_load_init(&t);
+    t.gate_epoch = 0;
+    t.gate_batch = 0; /* batch 0 loads only when the gate opens */
+    t_begin(&c, h_seed);
+    c.on_host = 1; /* the waiters do not check batches in kernels: t_end checks the loader */
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.timeout_ms = 1000;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.c = b.c = &c;
+    pthread_create(&ta, NULL, wait_one, &a);
+    t_sleep_us(500000); /* B starts half a timeout later: its deadline is 500 ms after A's */
+    pthread_create(&tb, NULL, wait_one, &b);
+    pthread_join(ta, NULL);
+    CHECK_EQ(a.r, PF_TIMEOUT);
+    t_gate_open(&t); /* batch 0 is ready now, B still waits */
+    opened = h_now();
+    pthread_join(tb, NULL);
+    CHECKF(b.r == PF_OK, "B got %d", (int)b.r);
+    /* B's own deadline is 500 ms after the gate opened: a lost wake-up
+       shows as B sleeping to it (then finding the batch), so bound the
+       wake-up well short of that */
+    CHECKF(b.returned - opened < 0.35, "B returned %.0f ms after its batch was ready: its wake-up was lost",
+           (b.returned - opened) * 1e3);
+    if (h_verbose) printf("    B returned %.1f ms after the batch was ready\n", (b.returned - opened) * 1e3);
+    t_end(&c);
+    t_load_free(&t);
+}
+
+/* ---- defect 3: waits above 100% with two consumers ---- */
+static void test_two_waiting_consumers_count_once(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    waiter a, b;
+    pthread_t ta, tb;
+    pf_stats st;
+    t_load_init(&t);
+    t.gate_epoch = 0;
+    t.gate_batch = 0;
+    t_begin(&c, h_seed);
+    c.on_host = 1;
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.timeout_ms = 300;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.c = b.c = &c;
+    pthread_create(&ta, NULL, wait_one, &a); /* both wait the same 300 ms */
+    pthread_create(&tb, NULL, wait_one, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_EQ(a.r, PF_TIMEOUT);
+    CHECK_EQ(b.r, PF_TIMEOUT);
+    pf_get_stats(c.l, &st);
+    CHECKF(st.wait_s <= st.elapsed_s, "waited %.3f s of %.3f s: the two waits were counted twice", st.wait_s,
+           st.elapsed_s);
+    CHECK(st.wait_s >= 0.25); /* and the overlap counted once, not dropped */
+    t_gate_open(&t);
+    t_end(&c);
+    t_load_free(&t);
+}
+
+/* ---- defect 4: elapsed_s is the span to the latest pf_next ---- */
+static void test_elapsed_runs_to_the_latest_pf_next(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pf_batch b;
+    pf_stats st;
+    double t0 = 0, t_last = 0;
+    int n = 0;
+    t_open(&t, &c, &r);
+    cfg = t_config(&t, 160, 4, 1); /* 40 batches: past the old every-16th refresh */
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) {
+        pf_result x = t_next(&c, &b);
+        if (!t0) t0 = h_now();
+        if (x != PF_OK) {
+            CHECK_EQ(x, PF_END_OF_EPOCH);
+            t_last = h_now();
+            break;
+        }
+        t_release(&c, &b);
+        n++;
+        t_sleep_us(5000); /* a 5 ms step */
+    }
+    CHECK_EQ(n, 40);
+    t_sleep_us(100000);
+    CHECK_EQ(pf_next(c.l, &b), PF_END_OF_DATA); /* 100 ms after the end of the epoch */
+    t_last = h_now();
+    pf_get_stats(c.l, &st);
+    /* from the first pf_next to the one that said END_OF_DATA: at least the
+       40 steps and the 100 ms, at most the wall clock between them */
+    CHECKF(st.elapsed_s >= 40 * 0.005 + 0.1, "elapsed %.3f s: stale", st.elapsed_s);
+    CHECKF(st.elapsed_s <= t_last - t0 + 0.001, "elapsed %.3f s, wall %.3f s", st.elapsed_s, t_last - t0);
+    t_close(&t, &c, &r);
+}
+
+/* ---- defect 10: a pf_create that fails after starting threads ---- */
+static void test_failed_create_ran_no_callback(void) {
+    int most = 3 + 2; /* workers, and on CUDA the stager and the retirer */
+    for (int at = 1; at <= most; at++) {
+        tload t;
+        pf_config cfg;
+        pf_loader *l = (pf_loader *)&cfg;
+        tcons c;
+        pf_result r;
+        t_load_init(&t);
+        t_begin(&c, h_seed);
+        cfg = t_config(&t, 40, 4, 1);
+        cfg.on_worker_start = t_worker_start;
+        cfg.stream = NULL;
+#ifdef TEST_SIM
+        cfg.stream = c.stream;
+#endif
+        threads_started = 0;
+        fail_thread_at = at;
+        r = pf_create(&cfg, &l);
+        fail_thread_at = 0;
+        if (at > 3 && threads_started < at) { /* the host backend starts no stager or retirer */
+            CHECK_EQ(r, PF_OK);
+            pf_destroy(l);
+        } else {
+            CHECKF(r == PF_ERR_THREAD, "failing thread start %d: %d", at, (int)r);
+            CHECK(l == NULL);
+            CHECK_CONTAINS(pf_error(NULL), "could not start");
+            CHECK_EQ(t.loads, 0); /* no load ran */
+            for (int w = 0; w < 3; w++) CHECKF(t.worker_starts[w] == 0, "on_worker_start ran on worker %d", w);
+        }
+        t_end(&c);
+        t_load_free(&t);
+    }
+}
+
+static const h_test tests[] = {
+    {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
+    {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
+    {"no_lost_wakeup_between_two_consumers", test_no_lost_wakeup_between_two_consumers},
+    {"two_waiting_consumers_count_once", test_two_waiting_consumers_count_once},
+    {"elapsed_runs_to_the_latest_pf_next", test_elapsed_runs_to_the_latest_pf_next},
+    {"failed_create_ran_no_callback", test_failed_create_ran_no_callback},
+};
+
+int main(int argc, char **argv) {
+#ifdef TEST_SIM
+    const char *suite = "threads suite (simulated CUDA backend)";
+#else
+    const char *suite = "threads suite (host backend)";
+#endif
+    return h_main(argc, argv, suite, tests, sizeof tests / sizeof tests[0]);
+}
