@@ -53,9 +53,10 @@ SIMHDR   := tests/sim/cuda_runtime_api.h
 # skipped with a line saying so (the simulated-runtime suites still run).
 HAVE_CUDA := $(if $(and $(NVCC),$(CUDA_INC_DIR),$(CUDA_LIB_DIR)),1)
 
-HOST_TESTS := $(B)/core_gcc $(if $(HAVE_CLANG),$(B)/core_clang) $(B)/core_cxx $(B)/core_asan $(B)/core_tsan $(B)/threads_gcc $(B)/threads_tsan
+HOST_TESTS := $(B)/core_gcc $(if $(HAVE_CLANG),$(B)/core_clang) $(B)/core_cxx $(B)/core_asan $(B)/core_tsan $(B)/threads_gcc $(B)/threads_tsan \
+	$(B)/resume_gcc $(B)/resume_asan
 SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan \
-	$(B)/threads_sim $(B)/threads_sim_tsan
+	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
 HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch
@@ -109,6 +110,17 @@ $(B)/threads_sim: tests/test_threads.c $(THDR) $(SIMSRC) $(SIMHDR)
 $(B)/threads_sim_tsan: tests/test_threads.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
 	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+
+# ---- checkpoint, resume and the block shuffle: property tests, both backends
+$(B)/resume_gcc: tests/test_resume.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
+$(B)/resume_asan: tests/test_resume.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(ASAN) $< -o $@ -lpthread
+$(B)/resume_sim: tests/test_resume.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 
 # ---- CUDA backend on the simulated runtime: plain, ASan+UBSan, TSan
 $(B)/core_sim: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)

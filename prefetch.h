@@ -291,6 +291,14 @@ typedef struct pf_config {
                                   its caller's thread: print pf_stats_format    */
     void *progress_user;
     uint32_t progress_every;   /* [100]                                         */
+    const char *resume;        /* [NULL = from the start] a pf_checkpoint token:
+                                  continue exactly where it was taken (in order
+                                  mode, also on another world_size)            */
+    uint32_t shuffle_block;    /* [0 = 1] with shuffle: keep runs of this many
+                                  consecutive indices together (block shuffle,
+                                  for data read past the page cache)          */
+    uint32_t shuffle_window;   /* [8] with shuffle_block > 1: how many blocks
+                                  have their samples mixed together           */
 } pf_config;
 
 typedef struct pf_batch {
@@ -390,6 +398,20 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg);
    call it at startup, not while another thread may call setenv. */
 PF_API pf_result pf_shard_from_env(pf_config *cfg);
 
+/* pf_checkpoint: a short text token (NUL-terminated, printable) for the
+   position after the last batch pf_next returned on l. Put it in your
+   training checkpoint; cfg.resume = token continues from there exactly:
+   the same indices, job->rng, epoch ends and end of data as a run that was
+   never stopped. In order mode the ranks step in lockstep, so one rank's
+   token serves them all, also on another world_size (the rest of the epoch
+   is spread over the new ranks, each sample once, plus the usual padding).
+   Unordered, the token also lists the batches delivered past the first
+   missing one, and resuming needs the same world_size and rank. A buffer
+   too small is PF_ERR_INVALID_ARG, pf_error saying the size needed.
+   Thread safety: any thread; stop calling pf_next first for a token that
+   means "everything I trained on". */
+PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size);
+
 /* pf_stats_format: one line a person reads at a glance, e.g.
    "epoch 3 · batch 120/390 · 5.1 GB/s · 812 batches/s · waited 2% · compute-bound".
    Returns the length snprintf would (the line is cut to fit size). */
@@ -487,6 +509,7 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #define PF__ALIGN 256u
 #define PF__DEFAULT_WORKERS 4u
 #define PF__DEFAULT_DEVICE_SLOTS 3u
+#define PF__DEFAULT_WINDOW 8u
 #define PF__WAIT 100 /* internal: nothing to take yet */
 
 /* Atomics only for the cancel flag, which load callbacks read without the
@@ -663,27 +686,63 @@ static uint64_t pf__perm_apply(const pf__perm *p, uint64_t i) {
    r, r+w, r+2w, ... of the epoch's order; without drop_last the order is
    padded by wrapping to ceil(n/w)*w positions, with drop_last cut to
    floor(n/w)*w, so every rank has the same number of batches. */
+/* A resumed epoch starts at global position `start` of its order, with
+   this rank's sample `first` (= its first batch x batch_size): the ranks
+   take start + r, start + w + r, ... of what is left, so on the same world
+   size it is exactly the uninterrupted epoch, and on another it spreads the
+   rest of the epoch over the new ranks. */
 typedef struct pf__plan {
     uint64_t epoch, n;
-    uint64_t per_rank;  /* samples of this rank                       */
-    uint64_t nbatches;  /* batches of this rank                       */
-    pf__perm perm;
+    uint64_t per_rank;  /* samples of this rank (from the epoch's start)      */
+    uint64_t nbatches;  /* batches of this rank                               */
+    uint64_t start, first; /* resumed: global position, and this rank's sample */
+    uint64_t blocks;    /* block shuffle: full blocks (the tail block stays last) */
+    pf__perm perm;      /* samples, or blocks with block shuffle              */
+    pf__perm tail;      /* block shuffle: the short last block                */
 } pf__plan;
 
-static void pf__plan_init(pf__plan *p, const pf_config *c, uint64_t epoch, uint64_t n) {
-    uint64_t w = c->world_size;
+static void pf__plan_init(pf__plan *p, const pf_config *c, uint64_t epoch, uint64_t n, uint64_t start,
+                          uint64_t first_batch) {
+    uint64_t w = c->world_size, rest = n > start ? n - start : 0, b = c->shuffle_block;
     p->epoch = epoch;
     p->n = n;
-    p->per_rank = c->drop_last ? n / w : (n + w - 1) / w;
+    p->start = start;
+    p->first = first_batch * c->batch_size;
+    p->per_rank = p->first + (c->drop_last ? rest / w : (rest + w - 1) / w);
     p->nbatches = c->drop_last ? p->per_rank / c->batch_size
                                : (p->per_rank + c->batch_size - 1) / c->batch_size;
-    pf__perm_init(&p->perm, n, c->seed, epoch);
+    if (b > 1) {
+        p->blocks = n / b;
+        pf__perm_init(&p->perm, p->blocks, c->seed, epoch);
+        pf__perm_init(&p->tail, n % b, c->seed ^ UINT64_C(0x7a11), epoch);
+    } else {
+        pf__perm_init(&p->perm, n, c->seed, epoch);
+    }
+}
+
+/* Block shuffle: position -> index. Blocks of B consecutive indices are
+   permuted, and the samples of each window of K consecutive (permuted)
+   blocks are mixed by a bijection of their own; the short last block
+   (n % B) stays last, mixed within itself. O(1) memory, as the sample
+   shuffle. */
+static uint64_t pf__block_order(const pf__plan *p, const pf_config *c, uint64_t pos) {
+    uint64_t b = c->shuffle_block, k = c->shuffle_window, full = p->blocks * b;
+    uint64_t win, first_block, nblocks, o;
+    pf__perm mix;
+    if (pos >= full) return full + pf__perm_apply(&p->tail, pos - full);
+    win = pos / (k * b);
+    first_block = win * k;
+    nblocks = p->blocks - first_block < k ? p->blocks - first_block : k;
+    pf__perm_init(&mix, nblocks * b, c->seed ^ pf__mix(win + UINT64_C(0x51ed)), p->epoch);
+    o = pf__perm_apply(&mix, pos - first_block * b);
+    return pf__perm_apply(&p->perm, first_block + o / b) * b + o % b;
 }
 
 /* Sample index of this rank's j-th sample in the plan's epoch. */
 static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j) {
-    uint64_t pos = (j * c->world_size + c->rank) % p->n; /* wrap = padding */
-    return c->shuffle ? pf__perm_apply(&p->perm, pos) : pos;
+    uint64_t pos = (p->start + (j - p->first) * c->world_size + c->rank) % p->n; /* wrap = padding */
+    if (!c->shuffle) return pos;
+    return c->shuffle_block > 1 ? pf__block_order(p, c, pos) : pf__perm_apply(&p->perm, pos);
 }
 
 static uint64_t pf__job_rng(const pf_config *c, uint64_t epoch, uint64_t batch) {
@@ -705,7 +764,7 @@ typedef struct pf__slot {
     const pf__plan *plan; /* its epoch's plan, alive until the slot is taken */
     unsigned char *data;
     uint64_t *indices;
-    uint64_t seq, epoch, batch, rng, nbatches, ticket, started_ns;
+    uint64_t seq, epoch, batch, rng, nbatches, ticket, started_ns, n;
     size_t bytes;
     uint32_t count, worker, index;
     int state;
@@ -746,7 +805,7 @@ typedef struct pf__item {
 } pf__item;
 
 typedef struct pf__dslot {
-    uint64_t epoch, batch, rng, nbatches, ticket;
+    uint64_t epoch, batch, rng, nbatches, ticket, n;
     uint64_t *indices;
     size_t bytes;
     uint32_t count;
@@ -843,6 +902,20 @@ struct pf_loader {
 
     pf__error error; /* the pipeline's first failure (>>errors) */
 
+    /* checkpoint (>>resume): the consumer's position in its epoch */
+    uint64_t ck_epoch, ck_low;   /* the first batch of ck_epoch not yet delivered */
+    uint64_t ck_n;               /* the epoch's samples, once known (ck_n_known)  */
+    uint64_t ck_start, ck_first; /* the epoch's resume offsets (pf__plan)         */
+    bool ck_n_known;
+    unsigned char *ck_done;      /* unordered: delivered past ck_low, by batch % nslots */
+    /* resume: where cfg.resume says to start (the first epoch planned) */
+    struct {
+        bool active, has_n;
+        uint64_t epoch, batch, pos, n;
+        uint32_t nskip;
+        uint64_t *skip;          /* unordered: batches already delivered */
+    } rs;
+
     int stopping; /* read by pf_job_cancelled without the lock */
     bool started; /* every thread exists: workers may run user code */
     pf__worker *workers;
@@ -938,6 +1011,7 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg) {
     if (!c.device_slots) c.device_slots = PF__DEFAULT_DEVICE_SLOTS;
     if (!c.world_size) c.world_size = 1;
     if (!c.progress_every) c.progress_every = 100;
+    if (c.shuffle_block > 1 && !c.shuffle_window) c.shuffle_window = PF__DEFAULT_WINDOW;
     if (!c.allocator.alloc_fn && !c.allocator.free_fn) {
         c.allocator.alloc_fn = pf__malloc_default;
         c.allocator.free_fn = pf__free_default;
@@ -987,6 +1061,9 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
     if (c->cuda_device < 0) PF__BAD("cfg.cuda_device is %d: must be >= 0", c->cuda_device);
     if (!in->allocator.alloc_fn != !in->allocator.free_fn)
         PF__BAD("cfg.allocator: set both alloc_fn and free_fn, or neither");
+    if (c->shuffle_block > 1 && !c->shuffle)
+        PF__BAD("cfg.shuffle_block is %u but cfg.shuffle is false: a block shuffle is a shuffle; set both",
+                (unsigned)c->shuffle_block);
     if (pf__slots_overflow(c->batch_bytes, c->host_slots)) /* device_slots: once the CUDA backend is chosen */
         PF__BAD("cfg.batch_bytes is %llu: host_slots (%u) slots of it do not fit in memory",
                 (unsigned long long)c->batch_bytes, (unsigned)c->host_slots);
@@ -1086,8 +1163,12 @@ static void pf__wake_workers(pf_loader *l, bool urgent) {
 static void pf__plan_next(pf_loader *l) {
     uint64_t e = l->claim_epoch, n;
     pf__plan *p;
+    uint64_t start = 0, first_batch = 0;
+    bool resumed = l->rs.active && e == l->rs.epoch;
     l->planning = true;
-    if (l->cfg.num_samples_fn) {
+    if (resumed && l->rs.has_n) { /* the token's epoch keeps the size it had */
+        n = l->rs.n;
+    } else if (l->cfg.num_samples_fn) {
         pf__unlock_wake(l);
         n = l->cfg.num_samples_fn(l->cfg.user, e);
         pf__lock(&l->mu);
@@ -1103,16 +1184,31 @@ static void pf__plan_next(pf_loader *l) {
         pf__wake_takers(l);
         return;
     }
+    if (resumed) {
+        start = l->rs.pos;
+        first_batch = l->rs.batch;
+        l->rs.active = false;
+    }
     p = &l->plans[(l->plan_head + l->plan_count) % l->plan_cap];
-    pf__plan_init(p, &l->cfg, e, n);
+    pf__plan_init(p, &l->cfg, e, n, start, first_batch);
     l->plan_count++;
     l->claim_planned = true;
-    l->claim_batch = 0;
+    l->claim_batch = first_batch;
     l->claim_nbatches = p->nbatches;
     pf__wake_takers(l); /* a taker may be waiting for this epoch's plan */
 }
 
 enum { PF__CLAIM_OK, PF__CLAIM_NO_SLOT, PF__CLAIM_NO_JOB, PF__CLAIM_DONE };
+
+/* Was batch `batch` of `epoch` delivered before the checkpoint resumed
+   from (unordered)? */
+static bool pf__resume_skips(const pf_loader *l, uint64_t epoch, uint64_t batch) {
+    uint32_t i;
+    if (!l->rs.nskip || epoch != l->rs.epoch) return false;
+    for (i = 0; i < l->rs.nskip; i++)
+        if (l->rs.skip[i] == batch) return true;
+    return false;
+}
 
 /* A worker takes a free slot and the next job together, under the lock. */
 static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) {
@@ -1129,11 +1225,19 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
             pf__plan_next(l);
             continue; /* the lock was dropped: look again */
         }
+        if (l->claim_batch < l->claim_nbatches && pf__resume_skips(l, l->claim_epoch, l->claim_batch)) {
+            l->claim_batch++; /* delivered before the checkpoint */
+            continue;
+        }
         if (l->claim_batch == l->claim_nbatches) { /* epoch fully claimed */
             l->claim_epoch++;
             l->claim_planned = false;
             continue;
         }
+        /* unordered: at most nslots batches past the first undelivered one,
+           so a checkpoint lists a bounded set */
+        if (l->cfg.unordered && l->claim_epoch == l->ck_epoch && l->claim_batch >= l->ck_low + l->nslots)
+            return PF__CLAIM_NO_JOB;
         s = &l->slots[l->free_stack[--l->nfree]];
         s->state = PF__SLOT_LOADING;
         s->seq = l->next_seq++;
@@ -1141,6 +1245,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         s->batch = l->claim_batch++;
         s->nbatches = l->claim_nbatches;
         s->plan = pf__plan_find(l, l->claim_epoch);
+        s->n = s->plan->n;
         s->worker = w->id;
         s->result = PF_OK;
         s->started_ns = now;
@@ -1292,7 +1397,7 @@ static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
 }
 
 static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint64_t nbatches, uint32_t count,
-                              size_t bytes) {
+                              size_t bytes, uint64_t n) {
     l->st_batches++;
     l->st_samples += count;
     l->st_bytes += bytes;
@@ -1300,12 +1405,26 @@ static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint
     l->cons_epoch = epoch;
     l->cons_batch = batch + 1;
     l->cons_nbatches = nbatches;
+    /* the checkpoint position: the first batch not yet delivered */
+    l->ck_n = n;
+    l->ck_n_known = true;
+    if (batch == l->ck_low) {
+        do l->ck_done[l->ck_low++ % l->nslots] = 0;
+        while (l->ck_done[l->ck_low % l->nslots]);
+        if (l->cfg.unordered && l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS; /* the lead cap moved */
+    } else {
+        l->ck_done[batch % l->nslots] = 1;
+    }
 }
 
 static void pf__note_epoch_end(pf_loader *l) {
     l->cons_epoch++;
     l->cons_batch = 0;
     l->cons_nbatches = 0;
+    l->ck_epoch++;
+    l->ck_low = l->ck_start = l->ck_first = 0;
+    l->ck_n_known = false;
+    memset(l->ck_done, 0, l->nslots);
 }
 
 /* >>workers --------------------------------------------------------------- */
@@ -1472,7 +1591,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
             s->state = PF__SLOT_HELD;
             s->ticket = ++l->ticket;
             l->held++;
-            pf__note_delivery(l, s->epoch, s->batch, s->nbatches, s->count, s->bytes);
+            pf__note_delivery(l, s->epoch, s->batch, s->nbatches, s->count, s->bytes, s->n);
             pf__fill_batch(l, out, s->data, s->bytes, s->epoch, s->batch, s->indices, s->count, s->rng, s->ticket,
                            s->index);
             return PF_OK;
@@ -1886,6 +2005,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->batch = s->batch;
         ds->rng = s->rng;
         ds->nbatches = s->nbatches;
+        ds->n = s->n;
         ds->bytes = s->bytes;
         ds->count = s->count;
         ds->gen++;
@@ -2048,7 +2168,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             ds->ticket = ++l->ticket;
             cu->held++;
             cu->delivered_any = true;
-            pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes);
+            pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes, ds->n);
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
                            ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
             return PF_OK;
@@ -2307,6 +2427,157 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg) {
 #undef PF__ENV_BAD
 }
 
+/* >>resume ---------------------------------------------------------------- */
+/* A checkpoint is a position, not a state: the order is a pure function of
+   (seed, epoch, rank, position), so "the first batch of epoch E not yet
+   delivered" (plus, unordered, the few delivered past it) and the global
+   position it stands for are enough to continue exactly. The token also
+   carries what the order depends on, so a config it does not fit is named
+   instead of silently giving another order. */
+#define PF__TOKEN_MAGIC "pf1"
+
+static bool pf__checkpoint_n(const pf_loader *l, uint64_t *n) {
+    const pf__plan *p;
+    if (l->ck_n_known) return *n = l->ck_n, true;
+    if (!l->cfg.num_samples_fn) return *n = l->cfg.num_samples, true;
+    p = pf__plan_find((pf_loader *)l, l->ck_epoch); /* planned, not yet delivered from */
+    if (p) return *n = p->n, true;
+    return false; /* resuming asks num_samples_fn, as the run would have */
+}
+
+PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
+    char done[PF__MSG_SIZE * 4] = "-", nbuf[24] = "-";
+    size_t used = 0;
+    uint64_t n, k, pos;
+    int len;
+    pf_result r = PF_OK;
+    if (!l) return PF_ERR_INVALID_ARG;
+    pf__lock(&l->mu);
+    if (pf__checkpoint_n(l, &n)) pf__format(nbuf, sizeof nbuf, "%llu", (unsigned long long)n);
+    for (k = 1; l->cfg.unordered && k < l->nslots; k++) /* delivered past the first missing batch */
+        if (l->ck_done[(l->ck_low + k) % l->nslots]) {
+            int m = snprintf(done + used, sizeof done - used, "%s%llu", used ? "," : "",
+                             (unsigned long long)(l->ck_low + k));
+            if (m > 0) used += (size_t)m;
+        }
+    pos = l->ck_start + (l->ck_low * l->cfg.batch_size - l->ck_first) * l->cfg.world_size;
+    len = snprintf(buf && size ? buf : NULL, buf ? size : 0,
+                   PF__TOKEN_MAGIC " epoch=%llu batch=%llu pos=%llu n=%s seed=%llu batch_size=%u shuffle=%d block=%u "
+                   "window=%u drop_last=%d world=%u rank=%u unordered=%d done=%s",
+                   (unsigned long long)l->ck_epoch, (unsigned long long)l->ck_low, (unsigned long long)pos, nbuf,
+                   (unsigned long long)l->cfg.seed, (unsigned)l->cfg.batch_size, (int)l->cfg.shuffle,
+                   (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_block : 1),
+                   (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_window : 0), (int)l->cfg.drop_last,
+                   (unsigned)l->cfg.world_size, (unsigned)l->cfg.rank, (int)l->cfg.unordered, done);
+    if (len < 0 || !buf || (size_t)len >= size)
+        r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %d bytes (with its NUL), the buffer has %llu",
+                     len + 1, (unsigned long long)(buf ? size : 0));
+    pf__unlock(&l->mu);
+    return r;
+}
+
+/* Read a token into rs (and, when skip is given, its done list), checking
+   it against the config. PF_OK, or PF_ERR_INVALID_ARG naming the mismatch. */
+static pf_result pf__parse_resume(const pf_config *c, const char *tok, uint64_t *skip, uint32_t cap, uint64_t *out_epoch,
+                                  uint64_t *out_batch, uint64_t *out_pos, uint64_t *out_n, bool *has_n,
+                                  uint32_t *nskip, char *why, size_t wn) {
+    static const char *const keys[] = {"epoch", "batch", "pos", "n", "seed", "batch_size", "shuffle", "block",
+                                       "window", "drop_last", "world", "rank", "unordered", "done"};
+    enum { K_EPOCH, K_BATCH, K_POS, K_N, K_SEED, K_BS, K_SHUFFLE, K_BLOCK, K_WINDOW, K_DROP, K_WORLD, K_RANK, K_UNORD,
+           K_DONE, K_COUNT };
+    uint64_t v[K_COUNT];
+    const char *done = NULL, *p = tok;
+    bool seen[K_COUNT] = {false};
+    uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
+    int i;
+#define PF__RBAD(...) return (pf__format(why, wn, __VA_ARGS__), PF_ERR_INVALID_ARG)
+    *has_n = false;
+    *nskip = 0;
+    if (strncmp(p, PF__TOKEN_MAGIC " ", 4) != 0)
+        PF__RBAD("cfg.resume is not a prefetch.h checkpoint token (it should start \"" PF__TOKEN_MAGIC " \")");
+    p += 4;
+    while (*p) {
+        const char *eq, *end;
+        size_t klen;
+        while (*p == ' ') p++;
+        if (!*p) break;
+        eq = strchr(p, '=');
+        if (!eq) PF__RBAD("cfg.resume: malformed token near \"%.20s\"", p);
+        klen = (size_t)(eq - p);
+        for (i = 0; i < K_COUNT; i++)
+            if (strlen(keys[i]) == klen && !strncmp(p, keys[i], klen)) break;
+        if (i == K_COUNT) PF__RBAD("cfg.resume: malformed token: unknown field \"%.*s\"", (int)klen, p);
+        end = eq + 1;
+        while (*end && *end != ' ') end++;
+        seen[i] = true;
+        if (i == K_DONE) {
+            done = eq + 1;
+        } else if (i == K_N && eq[1] == '-') {
+            v[i] = 0;
+        } else {
+            char *e2;
+            if (eq[1] < '0' || eq[1] > '9') PF__RBAD("cfg.resume: malformed token: %s is not a number", keys[i]);
+            v[i] = strtoull(eq + 1, &e2, 10);
+            if (e2 != end) PF__RBAD("cfg.resume: malformed token: %s is not a number", keys[i]);
+            if (i == K_N) *has_n = true;
+        }
+        p = end;
+    }
+    for (i = 0; i < K_COUNT; i++)
+        if (!seen[i]) PF__RBAD("cfg.resume: malformed token: no %s", keys[i]);
+    if (v[K_SEED] != c->seed)
+        PF__RBAD("resume token is for seed %llu, cfg.seed is %llu", (unsigned long long)v[K_SEED],
+                 (unsigned long long)c->seed);
+    if (v[K_BS] != c->batch_size)
+        PF__RBAD("resume token is for batch_size %llu, cfg.batch_size is %u", (unsigned long long)v[K_BS],
+                 (unsigned)c->batch_size);
+    if (v[K_SHUFFLE] != (uint64_t)c->shuffle)
+        PF__RBAD("resume token is for shuffle %s, cfg.shuffle is %s", v[K_SHUFFLE] ? "true" : "false",
+                 c->shuffle ? "true" : "false");
+    if (v[K_BLOCK] != block || v[K_WINDOW] != window)
+        PF__RBAD("resume token is for shuffle_block %llu and shuffle_window %llu, the config has %u and %u",
+                 (unsigned long long)v[K_BLOCK], (unsigned long long)v[K_WINDOW], (unsigned)block, (unsigned)window);
+    if (v[K_DROP] != (uint64_t)c->drop_last)
+        PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[K_DROP] ? "true" : "false",
+                 c->drop_last ? "true" : "false");
+    if (*has_n && !c->num_samples_fn && v[K_N] != c->num_samples)
+        PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu", (unsigned long long)v[K_N],
+                 (unsigned long long)c->num_samples);
+    if (*has_n && v[K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
+    if (v[K_UNORD] != (uint64_t)c->unordered)
+        PF__RBAD("resume token is from %s mode, cfg.unordered is %s", v[K_UNORD] ? "unordered" : "in-order",
+                 c->unordered ? "true" : "false");
+    if (c->unordered && (v[K_WORLD] != c->world_size || v[K_RANK] != c->rank))
+        PF__RBAD("resume token is from rank %llu of %llu in unordered mode, which resumes only on the same rank and "
+                 "world size (cfg: rank %u of %u): use each rank's own token",
+                 (unsigned long long)v[K_RANK], (unsigned long long)v[K_WORLD], (unsigned)c->rank,
+                 (unsigned)c->world_size);
+    if (v[K_WORLD] == 0 || v[K_WORLD] > PF__MAX_WORLD) PF__RBAD("cfg.resume: malformed token: world is 0");
+    if (c->epochs && v[K_EPOCH] > c->epochs)
+        PF__RBAD("resume token is at epoch %llu, past cfg.epochs = %u", (unsigned long long)v[K_EPOCH],
+                 (unsigned)c->epochs);
+    if (done && strcmp(done, "-") && strncmp(done, "- ", 2)) { /* unordered: the batches delivered past `batch` */
+        const char *d = done;
+        for (;;) {
+            char *e2;
+            uint64_t b = strtoull(d, &e2, 10);
+            if (e2 == d || b <= v[K_BATCH]) PF__RBAD("cfg.resume: malformed token: bad done list");
+            if (*nskip >= cap) PF__RBAD("cfg.resume: the token lists more delivered batches than host_slots (%u) allow",
+                                        (unsigned)cap);
+            if (skip) skip[*nskip] = b;
+            (*nskip)++;
+            if (*e2 != ',') break;
+            d = e2 + 1;
+        }
+    }
+    *out_epoch = v[K_EPOCH];
+    *out_batch = v[K_BATCH];
+    *out_pos = v[K_POS];
+    *out_n = v[K_N];
+    return PF_OK;
+#undef PF__RBAD
+}
+
 /* >>public ---------------------------------------------------------------- */
 /* Bookkeeping is one allocation: the loader, then its arrays. One place to
    fail, one to free. */
@@ -2341,9 +2612,27 @@ static void pf__teardown(pf_loader *l) {
     a.free_fn(l, a.user_data);
 }
 
+/* Start every cursor at the token's position (it was checked in pf_create). */
+static void pf__resume_at(pf_loader *l, const char *tok) {
+    char why[PF__MSG_SIZE];
+    uint32_t i;
+    if (pf__parse_resume(&l->cfg, tok, l->rs.skip, l->nslots, &l->rs.epoch, &l->rs.batch, &l->rs.pos, &l->rs.n,
+                         &l->rs.has_n, &l->rs.nskip, why, sizeof why) != PF_OK)
+        return;
+    l->rs.active = true;
+    l->claim_epoch = l->take_epoch = l->cons_epoch = l->ck_epoch = l->rs.epoch;
+    l->take_done = l->rs.batch + l->rs.nskip;
+    l->cons_batch = l->ck_low = l->rs.batch;
+    l->ck_start = l->rs.pos;
+    l->ck_first = l->rs.batch * l->cfg.batch_size;
+    l->ck_n = l->rs.n;
+    l->ck_n_known = l->rs.has_n;
+    for (i = 0; i < l->rs.nskip; i++) l->ck_done[l->rs.skip[i] % l->nslots] = 1;
+}
+
 static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
     pf__layout lay = {0, false};
-    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers;
+    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip;
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
     uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
@@ -2364,6 +2653,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_index = pf__reserve(&lay, (size_t)nslots + dslots, (size_t)c->batch_size * sizeof(uint64_t));
     o_plans = pf__reserve(&lay, plan_cap, sizeof(pf__plan));
     o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
+    o_ckdone = pf__reserve(&lay, nslots, 1);
+    o_skip = pf__reserve(&lay, nslots, sizeof(uint64_t));
 #ifdef PREFETCH_CUDA
     if (dslots) {
         o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
@@ -2402,6 +2693,10 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l->index_mem = (uint64_t *)(base + o_index);
     l->plans = (pf__plan *)(base + o_plans);
     l->workers = (pf__worker *)(base + o_workers);
+    l->ck_done = base + o_ckdone;
+    l->rs.skip = (uint64_t *)(base + o_skip);
+    if (c->resume) pf__resume_at(l, c->resume);
+    l->cfg.resume = NULL; /* the caller's string: read once, here */
     for (i = 0; i < nslots; i++) {
         pf__slot *s = &l->slots[i];
         s->owner = l;
@@ -2479,6 +2774,13 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     c = pf_config_defaults(cfg);
     r = pf__check_config(cfg, &c, why, n);
     if (r != PF_OK) return r;
+    if (c.resume) {
+        uint64_t e, b, pos, nn;
+        bool has_n;
+        uint32_t nskip;
+        r = pf__parse_resume(&c, c.resume, NULL, c.host_slots, &e, &b, &pos, &nn, &has_n, &nskip, why, n);
+        if (r != PF_OK) return r;
+    }
 #ifdef PREFETCH_CUDA
     if (c.backend != PF_BACKEND_HOST) {
         r = pf__cuda_probe(&c, why, n);

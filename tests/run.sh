@@ -67,6 +67,11 @@ step "threads, host backend, TSan"       $B/threads_tsan
 step "threads, simulated CUDA"           $B/threads_sim
 step "threads, simulated CUDA, TSan"     $B/threads_sim_tsan
 
+echo "checkpoint, resume (also elastic) and the block shuffle: property tests"
+step "resume, host backend"              $B/resume_gcc
+step "resume, host backend, ASan+UBSan"  $B/resume_asan
+step "resume, simulated CUDA"            $B/resume_sim
+
 echo "CUDA backend on the simulated runtime (races checked on every access)"
 step "core suite, seed 1"            $B/core_sim -s 1
 step "core suite, seed 2"            $B/core_sim -s 2

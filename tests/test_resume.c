@@ -1,0 +1,440 @@
+/* test_resume.c - checkpoint and resume, and the block shuffle, as property
+   tests over random configs. A resumed run must continue an uninterrupted
+   one exactly (in order), or deliver each remaining batch exactly once
+   (unordered); elastic resume must cover the rest of the epoch exactly once
+   with equal batch counts; the block shuffle must be a bijection that keeps
+   blocks together within windows. Host backend, and with -DTEST_SIM the
+   CUDA backend on the simulated runtime. */
+#define _POSIX_C_SOURCE 200809L
+#define PREFETCH_IMPLEMENTATION
+#include "../prefetch.h"
+#include "util.h"
+
+/* One pf_next result: a batch (with its indices), an epoch end, the end. */
+enum { EV_BATCH, EV_EPOCH, EV_DATA };
+typedef struct ev {
+    int kind;
+    uint64_t epoch, batch, rng;
+    uint32_t count;
+    uint64_t idx[32];
+} ev;
+
+typedef struct evs {
+    ev *v;
+    size_t n, cap;
+} evs;
+
+static void ev_push(evs *e, int kind, const pf_batch *b) {
+    ev *x;
+    if (e->n == e->cap) {
+        e->cap = e->cap ? 2 * e->cap : 256;
+        e->v = (ev *)realloc(e->v, e->cap * sizeof(ev));
+    }
+    x = &e->v[e->n++];
+    memset(x, 0, sizeof *x);
+    x->kind = kind;
+    if (b) {
+        x->epoch = b->epoch;
+        x->batch = b->batch;
+        x->rng = b->rng;
+        x->count = b->count;
+        memcpy(x->idx, b->indices, b->count * sizeof(uint64_t));
+    }
+}
+
+/* Take up to `max` results (stopping after END_OF_DATA). */
+static pf_result run(tcons *c, evs *e, size_t max) {
+    for (size_t k = 0; k < max; k++) {
+        pf_batch b;
+        pf_result r = t_next(c, &b);
+        if (r == PF_OK) {
+            ev_push(e, EV_BATCH, &b);
+            t_release(c, &b);
+        } else if (r == PF_END_OF_EPOCH) {
+            ev_push(e, EV_EPOCH, NULL);
+        } else if (r == PF_END_OF_DATA) {
+            ev_push(e, EV_DATA, NULL);
+            return r;
+        } else {
+            return r;
+        }
+    }
+    return PF_OK;
+}
+
+static int ev_same(const ev *a, const ev *b) {
+    if (a->kind != b->kind) return 0;
+    if (a->kind != EV_BATCH) return 1;
+    return a->epoch == b->epoch && a->batch == b->batch && a->rng == b->rng && a->count == b->count &&
+           !memcmp(a->idx, b->idx, a->count * sizeof(uint64_t));
+}
+
+typedef struct rcfg {
+    uint64_t n;
+    uint32_t bs, world, rank, epochs, block, window;
+    bool shuffle, drop_last, unordered, growing;
+} rcfg;
+
+static pf_config make_cfg(tload *t, const rcfg *r) {
+    pf_config cfg = t_config(t, r->growing ? 0 : r->n, r->bs, r->epochs);
+    cfg.world_size = r->world;
+    cfg.rank = r->rank;
+    cfg.shuffle = r->shuffle;
+    cfg.drop_last = r->drop_last;
+    cfg.unordered = r->unordered;
+    cfg.shuffle_block = r->block;
+    cfg.shuffle_window = r->window;
+    cfg.seed = 1234;
+    cfg.num_workers = 2;
+    cfg.host_slots = 4;
+    if (r->growing) {
+        cfg.num_samples_fn = t_num_samples;
+        for (int e = 0; e < 64; e++) t->sizes[e] = r->n + (uint64_t)e * 7; /* the cache grows each epoch */
+    }
+    return cfg;
+}
+
+/* The whole run, never stopped. */
+static void reference(const rcfg *r, evs *out) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = make_cfg(&t, r);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(run(&c, out, 100000), PF_END_OF_DATA);
+    t_end(&c);
+    t_load_free(&t);
+}
+
+/* k results, a checkpoint, destroy; resume from the token to the end. */
+static void stopped_at(const rcfg *r, size_t k, evs *out, char *tok, size_t toksize) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    t_load_init(&t);
+    t_begin(&c, h_seed + k);
+    cfg = make_cfg(&t, r);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    (void)run(&c, out, k);
+    CHECK_EQ(pf_checkpoint(c.l, tok, toksize), PF_OK);
+    t_end(&c);
+    t_load_free(&t);
+    t_load_init(&t);
+    t_begin(&c, h_seed + k + 1000);
+    cfg = make_cfg(&t, r);
+    cfg.num_workers = 3; /* the worker count never matters */
+    cfg.resume = tok;
+    CHECKF(t_create(&c, &cfg) == PF_OK, "resume from \"%s\": %s", tok, pf_error(NULL));
+    if (c.l && out->n && out->v[out->n - 1].kind == EV_DATA) {
+        evs more = {0, 0, 0}; /* stopped after the end: still the end, for ever */
+        CHECK_EQ(run(&c, &more, 100000), PF_END_OF_DATA);
+        CHECK_EQ(more.n, 1);
+        free(more.v);
+    } else if (c.l) {
+        CHECK_EQ(run(&c, out, 100000), PF_END_OF_DATA);
+    }
+    t_end(&c);
+    t_load_free(&t);
+}
+
+static int cmp_ev(const void *a, const void *b) {
+    const ev *x = (const ev *)a, *y = (const ev *)b;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->epoch != y->epoch) return x->epoch < y->epoch ? -1 : 1;
+    return x->batch < y->batch ? -1 : x->batch > y->batch;
+}
+
+static void test_resume_continues_exactly(void) {
+    h_rng_state = h_seed * 31 + 5;
+    for (int trial = 0; trial < 40; trial++) {
+        rcfg r;
+        evs ref = {0, 0, 0};
+        memset(&r, 0, sizeof r);
+        r.n = 20 + h_rand() % 120;
+        r.bs = 1 + (uint32_t)(h_rand() % 8);
+        r.world = 1 + (uint32_t)(h_rand() % 3);
+        r.rank = (uint32_t)(h_rand() % r.world);
+        r.epochs = 1 + (uint32_t)(h_rand() % 3);
+        r.shuffle = h_rand() % 3 != 0;
+        r.drop_last = h_rand() % 2;
+        r.unordered = h_rand() % 3 == 0;
+        r.growing = h_rand() % 4 == 0;
+        if (r.shuffle && h_rand() % 2) {
+            r.block = 2 + (uint32_t)(h_rand() % 9);
+            r.window = 1 + (uint32_t)(h_rand() % 4);
+        }
+        reference(&r, &ref);
+        for (int cut = 0; cut < 4; cut++) {
+            evs got = {0, 0, 0};
+            char tok[512];
+            size_t k = (size_t)(h_rand() % (ref.n + 1)); /* anywhere, the very start and end included */
+            if (cut == 0) k = 0;
+            if (cut == 1) k = ref.n; /* after END_OF_DATA */
+            stopped_at(&r, k, &got, tok, sizeof tok);
+            if (!r.unordered) {
+                int same = got.n == ref.n;
+                for (size_t i = 0; same && i < ref.n; i++) same = ev_same(&got.v[i], &ref.v[i]);
+                CHECKF(same, "trial %d: n %llu bs %u world %u/%u epochs %u shuffle %d block %u/%u drop %d grow %d: "
+                       "stopped after %zu of %zu, resumed from \"%s\": %zu results differ from the run never stopped",
+                       trial, (unsigned long long)r.n, r.bs, r.rank, r.world, r.epochs, r.shuffle, r.block, r.window,
+                       r.drop_last, r.growing, k, ref.n, tok, got.n);
+            } else { /* each batch exactly once, the same batches; the ends where they belong */
+                int same = got.n == ref.n;
+                qsort(ref.v, ref.n, sizeof(ev), cmp_ev);
+                qsort(got.v, got.n, sizeof(ev), cmp_ev);
+                for (size_t i = 0; same && i < ref.n; i++) same = ev_same(&got.v[i], &ref.v[i]);
+                CHECKF(same, "trial %d (unordered): stopped after %zu, resumed from \"%s\": not exactly once", trial,
+                       k, tok);
+            }
+            free(got.v);
+        }
+        free(ref.v);
+    }
+}
+
+/* 8 GPUs become 6 (and other pairs), in order: rank 0's token serves all.
+   The rest of the epoch goes to the new ranks, each sample once (plus
+   padding), every rank the same number of batches; later epochs are
+   ordinary epochs on the new world size. */
+static void test_elastic_resume_covers_the_rest_once(void) {
+    static const uint32_t pairs[][2] = {{8, 6}, {2, 3}, {4, 1}, {1, 4}, {3, 3}};
+    h_rng_state = h_seed * 77 + 1;
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
+        for (int drop = 0; drop < 2; drop++) {
+            uint32_t w = pairs[p][0], w2 = pairs[p][1], bs = 3;
+            uint64_t n = 200 + h_rand() % 100, cut = 1 + h_rand() % 5;
+            unsigned *seen = (unsigned *)calloc(n, sizeof(unsigned));
+            char tok[512] = "";
+            uint64_t after[8] = {0}, later[8] = {0};
+            for (uint32_t rank = 0; rank < w; rank++) { /* every old rank: cut batches, in lockstep */
+                tload t;
+                tcons c;
+                pf_config cfg;
+                evs e = {0, 0, 0};
+                rcfg r = {n, bs, w, rank, 2, 0, 0, true, drop != 0, false, false};
+                t_load_init(&t);
+                t_begin(&c, h_seed);
+                cfg = make_cfg(&t, &r);
+                CHECK_EQ(t_create(&c, &cfg), PF_OK);
+                CHECK_EQ(run(&c, &e, cut), PF_OK);
+                for (size_t i = 0; i < e.n; i++)
+                    for (uint32_t j = 0; j < e.v[i].count; j++) seen[e.v[i].idx[j]]++;
+                if (rank == 0) CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
+                t_end(&c);
+                t_load_free(&t);
+                free(e.v);
+            }
+            for (uint32_t rank = 0; rank < w2; rank++) { /* the new ranks, from rank 0's token */
+                tload t;
+                tcons c;
+                pf_config cfg;
+                evs e = {0, 0, 0};
+                rcfg r = {n, bs, w2, rank, 2, 0, 0, true, drop != 0, false, false};
+                t_load_init(&t);
+                t_begin(&c, h_seed + rank);
+                cfg = make_cfg(&t, &r);
+                cfg.resume = tok;
+                CHECKF(t_create(&c, &cfg) == PF_OK, "%s", pf_error(NULL));
+                CHECK_EQ(run(&c, &e, 100000), PF_END_OF_DATA);
+                for (size_t i = 0; i < e.n; i++) {
+                    if (e.v[i].kind != EV_BATCH) continue;
+                    if (e.v[i].epoch == 0) {
+                        after[rank]++;
+                        for (uint32_t j = 0; j < e.v[i].count; j++) seen[e.v[i].idx[j]]++;
+                    } else {
+                        later[rank]++;
+                    }
+                }
+                t_end(&c);
+                t_load_free(&t);
+                free(e.v);
+            }
+            for (uint32_t rank = 1; rank < w2; rank++) {
+                CHECKF(after[rank] == after[0], "%u -> %u: rank %u got %llu batches of the rest, rank 0 %llu", w, w2,
+                       rank, (unsigned long long)after[rank], (unsigned long long)after[0]);
+                CHECK_EQ(later[rank], later[0]);
+            }
+            {
+                uint64_t missing = 0, twice = 0;
+                for (uint64_t i = 0; i < n; i++) {
+                    missing += seen[i] == 0;
+                    twice += seen[i] > 1;
+                }
+                /* before the cut every old rank took cut full batches; the
+                   rest of the epoch goes to the new ranks under the usual
+                   rule: drop_last drops the remainder, padding repeats */
+                uint64_t rest = n - cut * bs * w, per = drop ? rest / w2 : (rest + w2 - 1) / w2;
+                uint64_t got = drop ? (per / bs) * bs * w2 : per * w2;
+                CHECKF(missing == (got < rest ? rest - got : 0), "%u -> %u drop %d: %llu samples never delivered", w,
+                       w2, drop, (unsigned long long)missing);
+                CHECKF(twice == (got > rest ? got - rest : 0), "%u -> %u drop %d: %llu samples twice", w, w2, drop,
+                       (unsigned long long)twice);
+            }
+            /* later epochs are ordinary epochs of the new world size */
+            {
+                uint64_t per = drop ? n / w2 : (n + w2 - 1) / w2;
+                CHECK_EQ(later[0], drop ? per / bs : (per + bs - 1) / bs);
+            }
+            free(seen);
+        }
+}
+
+static void test_token_edge_cases_and_mismatches(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    char tok[512], small[8];
+    pf_loader *l = NULL;
+    rcfg r = {40, 4, 1, 0, 2, 0, 0, true, false, false, false};
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = make_cfg(&t, &r);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK); /* before the first batch */
+    CHECK_CONTAINS(tok, "epoch=0 batch=0 ");
+    CHECK_EQ(pf_checkpoint(c.l, small, sizeof small), PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(c.l), "the token needs");
+    CHECK_EQ(t_next(&c, &b), PF_OK);
+    t_release(&c, &b);
+    CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
+    CHECK_CONTAINS(tok, "epoch=0 batch=1 pos=4 n=40 seed=1234 batch_size=4 shuffle=1");
+    t_end(&c);
+    t_load_free(&t);
+    /* mismatches are named */
+    {
+        static const struct {
+            int field;
+            const char *want;
+        } cases[] = {{0, "resume token is for seed 1234, cfg.seed is 8"},
+                     {1, "resume token is for num_samples 40, cfg.num_samples is 41"},
+                     {2, "resume token is for batch_size 4, cfg.batch_size is 5"},
+                     {3, "resume token is for shuffle true, cfg.shuffle is false"},
+                     {4, "resume token is for drop_last false, cfg.drop_last is true"},
+                     {5, "resume token is from in-order mode"},
+                     {6, "not a prefetch.h checkpoint token"},
+                     {7, "malformed token"}};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            t_load_init(&t);
+            cfg = make_cfg(&t, &r);
+            cfg.resume = tok;
+            switch (cases[i].field) {
+            case 0: cfg.seed = 8; break;
+            case 1: cfg.num_samples = 41; break;
+            case 2: cfg.batch_size = 5; cfg.batch_bytes = t_batch_bytes(5); break;
+            case 3: cfg.shuffle = false; break;
+            case 4: cfg.drop_last = true; break;
+            case 5: cfg.unordered = true; break;
+            case 6: cfg.resume = "epoch=1 batch=2"; break;
+            case 7: cfg.resume = "pf1 epoch=1 batch=x"; break;
+            }
+            CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+            CHECK(l == NULL);
+            CHECK_CONTAINS(pf_error(NULL), cases[i].want);
+            t_load_free(&t);
+        }
+    }
+}
+
+/* ---- block shuffle ---- */
+
+static void test_block_shuffle_keeps_blocks_within_windows(void) {
+    static const struct {
+        uint64_t n;
+        uint32_t block, window;
+    } cases[] = {{1000, 16, 4}, {1000, 7, 3}, {64, 64, 1}, {5, 8, 2}, {100003, 256, 8}, {300, 10, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pf_config c;
+        pf__plan p, q;
+        uint64_t n = cases[i].n, B = cases[i].block, K = cases[i].window, full = n / B * B;
+        unsigned char *seen = (unsigned char *)calloc(n, 1);
+        memset(&c, 0, sizeof c);
+        c.batch_size = 1;
+        c.world_size = 1;
+        c.shuffle = true;
+        c.shuffle_block = cases[i].block;
+        c.shuffle_window = cases[i].window;
+        c.seed = 99;
+        pf__plan_init(&p, &c, 3, n, 0, 0);
+        pf__plan_init(&q, &c, 4, n, 0, 0);
+        {
+            uint64_t bad = 0, moved = 0, differ = 0;
+            for (uint64_t pos = 0; pos < n; pos++) {
+                uint64_t x = pf__plan_index(&p, &c, pos);
+                if (x >= n || seen[x]++) bad++;
+                moved += x != pos;
+                differ += x != pf__plan_index(&q, &c, pos);
+            }
+            CHECKF(bad == 0, "n %llu block %llu window %llu: not a bijection (%llu bad)", (unsigned long long)n,
+                   (unsigned long long)B, (unsigned long long)K, (unsigned long long)bad);
+            if (n > 2 * B) CHECK(moved > 0 && differ > 0); /* shuffled, and anew each epoch */
+        }
+        /* every window of K*B positions holds exactly K whole blocks */
+        for (uint64_t w0 = 0; w0 < full; w0 += K * B) {
+            uint64_t end = w0 + K * B < full ? w0 + K * B : full, blocks_hit = 0, last = UINT64_MAX;
+            uint64_t *ids = (uint64_t *)malloc((end - w0) * sizeof(uint64_t));
+            for (uint64_t pos = w0; pos < end; pos++) ids[pos - w0] = pf__plan_index(&p, &c, pos) / B;
+            qsort(ids, end - w0, sizeof(uint64_t), t_cmp_u64);
+            for (uint64_t k = 0; k < end - w0; k++)
+                if (ids[k] != last) blocks_hit++, last = ids[k];
+            CHECKF(blocks_hit == (end - w0) / B, "window at %llu touches %llu blocks, expected %llu",
+                   (unsigned long long)w0, (unsigned long long)blocks_hit, (unsigned long long)((end - w0) / B));
+            free(ids);
+        }
+        free(seen);
+    }
+}
+
+static void test_block_shuffle_shards_disjoint_and_deterministic(void) {
+    const uint64_t n = 997;
+    const uint32_t w = 3;
+    unsigned *seen = (unsigned *)calloc(n, sizeof(unsigned));
+    for (uint32_t rank = 0; rank < w; rank++) {
+        tload t;
+        tcons c;
+        evs a = {0, 0, 0}, b = {0, 0, 0};
+        rcfg r = {n, 5, w, rank, 1, 32, 4, true, true, false, false};
+        for (int again = 0; again < 2; again++) {
+            pf_config cfg;
+            t_load_init(&t);
+            t_begin(&c, h_seed + (unsigned)again);
+            cfg = make_cfg(&t, &r);
+            CHECK_EQ(t_create(&c, &cfg), PF_OK);
+            CHECK_EQ(run(&c, again ? &b : &a, 100000), PF_END_OF_DATA);
+            t_end(&c);
+            t_load_free(&t);
+        }
+        CHECK_EQ(a.n, b.n);
+        for (size_t i = 0; i < a.n && i < b.n; i++) CHECK(ev_same(&a.v[i], &b.v[i])); /* the same every run */
+        for (size_t i = 0; i < a.n; i++)
+            for (uint32_t j = 0; j < a.v[i].count; j++) seen[a.v[i].idx[j]]++;
+        free(a.v);
+        free(b.v);
+    }
+    {
+        uint64_t twice = 0, missing = 0;
+        for (uint64_t i = 0; i < n; i++) twice += seen[i] > 1, missing += seen[i] == 0;
+        CHECK_EQ(twice, 0);
+        CHECK_EQ(missing, n - w * 5 * ((n / w) / 5)); /* drop_last: the ranks' remainders and short batches */
+    }
+    free(seen);
+}
+
+static const h_test tests[] = {
+    {"resume_continues_exactly", test_resume_continues_exactly},
+    {"elastic_resume_covers_the_rest_once", test_elastic_resume_covers_the_rest_once},
+    {"token_edge_cases_and_mismatches", test_token_edge_cases_and_mismatches},
+    {"block_shuffle_keeps_blocks_within_windows", test_block_shuffle_keeps_blocks_within_windows},
+    {"block_shuffle_shards_disjoint_and_deterministic", test_block_shuffle_shards_disjoint_and_deterministic},
+};
+
+int main(int argc, char **argv) {
+#ifdef TEST_SIM
+    const char *suite = "resume and block shuffle (simulated CUDA backend)";
+#else
+    const char *suite = "resume and block shuffle (host backend)";
+#endif
+    return h_main(argc, argv, suite, tests, sizeof tests / sizeof tests[0]);
+}
