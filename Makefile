@@ -59,7 +59,7 @@ SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan 
 	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
-HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch
+HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume
 CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu \
 	$(B)/gpu_bench $(B)/demo_cuda
 
@@ -217,6 +217,9 @@ $(B)/demo: examples/demo.c $(HDR)
 $(B)/record_files: examples/record_files.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/checkpoint_resume: examples/checkpoint_resume.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/launch: tests/test_launch.c $(THDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
@@ -238,10 +241,16 @@ $(B)/bench: bench/bench.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 
+$(B)/cold_bench: bench/cold_bench.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+
 bench:
 	@mkdir -p $(B)
-	@$(MAKE) --no-print-directory $(B)/bench $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
+	@$(MAKE) --no-print-directory $(B)/bench $(B)/cold_bench $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
 	@$(B)/bench $(if $(QUICK),--quick)
+	@echo; echo "records past the page cache: sequential, sample shuffle, block shuffle:"
+	@$(B)/cold_bench --dir $(B) $(if $(QUICK),--quick)
 	@echo; echo "the CUDA backend on the simulator's timing model (figures labelled \"simulated GPU (model)\"):"
 	@$(B)/gpu_bench_model $(if $(QUICK),--quick)
 	@$(if $(HAVE_CUDA),echo; $(B)/gpu_bench $(if $(QUICK),--quick),echo "(no CUDA toolkit at $(CUDA_HOME): the real-GPU benchmark was not built)")

@@ -15,7 +15,10 @@
    throughput reached from the page cache and the loader's stats line.
 
    Build: cc -O2 -std=c11 examples/record_files.c -o record_files -lpthread
-   Run:   ./record_files [--check] [--quick] [--dir DIR] */
+   Run:   ./record_files [--check] [--quick] [--dir DIR] [--block B]
+   --block B reads in a block shuffle (cfg.shuffle_block = B, a window of
+   4 blocks): runs of B records stay together, for storage past the page
+   cache (see bench/cold_bench.c for what it buys there). */
 #define _POSIX_C_SOURCE 200809L
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
@@ -198,7 +201,7 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     int check = 0, quick = 0, bad = 0;
-    uint32_t epochs, batch = 64;
+    uint32_t epochs, batch = 64, block = 0;
     char dir[256] = "";
     producer prod;
     dataset data;
@@ -211,8 +214,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--check")) check = 1;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) snprintf(dir, sizeof dir, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--block") && i + 1 < argc) block = (uint32_t)atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--check] [--quick] [--dir DIR]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--check] [--quick] [--dir DIR] [--block B]\n", argv[0]);
             return 2;
         }
     }
@@ -244,6 +248,8 @@ int main(int argc, char **argv) {
     cfg.batch_bytes = (size_t)batch * RECORD;
     cfg.epochs = epochs;
     cfg.shuffle = true;
+    cfg.shuffle_block = block; /* 0: the sample shuffle */
+    cfg.shuffle_window = 4;
     cfg.num_workers = 4;
     cfg.backend = PF_BACKEND_HOST;
     if (pf_create(&cfg, &l) != PF_OK) {

@@ -101,7 +101,9 @@ step "two translation units"         $B/two_tu
 echo "real-world reach: launchers, growing record files, examples"
 step "launcher sharding (real processes)" $B/launch
 step "examples/record_files --check"  $B/record_files --check --quick
+step "examples/record_files --check --block 16" $B/record_files --check --quick --block 16
 step "demo --quick"                  $B/demo --quick
+step "examples/checkpoint_resume --check" $B/checkpoint_resume --check --dir $B
 
 if [ "$HAVE_CUDA" = "1" ]; then
     echo "the real CUDA toolkit ($NVCC)"
