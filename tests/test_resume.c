@@ -172,6 +172,12 @@ static void test_resume_continues_exactly(void) {
             size_t k = (size_t)(h_rand() % (ref.n + 1)); /* anywhere, the very start and end included */
             if (cut == 0) k = 0;
             if (cut == 1) k = ref.n; /* after END_OF_DATA */
+            if (cut == 2) /* right after the first END_OF_EPOCH */
+                for (k = 0; k < ref.n; k++)
+                    if (ref.v[k].kind == EV_EPOCH) {
+                        k++;
+                        break;
+                    }
             stopped_at(&r, k, &got, tok, sizeof tok);
             if (!r.unordered) {
                 int same = got.n == ref.n;
