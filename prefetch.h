@@ -907,6 +907,7 @@ struct pf_loader {
     uint64_t ck_n;               /* the epoch's samples, once known (ck_n_known)  */
     uint64_t ck_start, ck_first; /* the epoch's resume offsets (pf__plan)         */
     bool ck_n_known;
+    bool lead_capped;            /* unordered: a claim waits for ck_low to move */
     unsigned char *ck_done;      /* unordered: delivered past ck_low, by batch % nslots */
     /* resume: where cfg.resume says to start (the first epoch planned) */
     struct {
@@ -1236,8 +1237,10 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         }
         /* unordered: at most nslots batches past the first undelivered one,
            so a checkpoint lists a bounded set */
-        if (l->cfg.unordered && l->claim_epoch == l->ck_epoch && l->claim_batch >= l->ck_low + l->nslots)
+        if (l->cfg.unordered && l->claim_epoch == l->ck_epoch && l->claim_batch >= l->ck_low + l->nslots) {
+            l->lead_capped = true; /* woken when the consumer moves ck_low */
             return PF__CLAIM_NO_JOB;
+        }
         s = &l->slots[l->free_stack[--l->nfree]];
         s->state = PF__SLOT_LOADING;
         s->seq = l->next_seq++;
@@ -1411,7 +1414,10 @@ static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint
     if (batch == l->ck_low) {
         do l->ck_done[l->ck_low++ % l->nslots] = 0;
         while (l->ck_done[l->ck_low % l->nslots]);
-        if (l->cfg.unordered && l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS; /* the lead cap moved */
+        if (l->lead_capped) { /* a worker stopped at the lead cap: it moved */
+            l->lead_capped = false;
+            if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
+        }
     } else {
         l->ck_done[batch % l->nslots] = 1;
     }

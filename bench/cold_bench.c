@@ -30,10 +30,10 @@
 #include <unistd.h>
 
 #define RECORD 4096u
-#define BATCH 64u
+#define BATCH 128u
 #define GAP 16u      /* records: read through gaps up to this long   */
 #define MAXRUN 1024u /* records per pread at most (4 MiB)            */
-#define WORKERS 4u
+#define WORKERS 2u
 
 typedef struct store {
     int fd;
@@ -138,9 +138,9 @@ int main(int argc, char **argv) {
         {"sequential", false, 0, 0},
         {"sample shuffle", true, 0, 0},
         /* windows of block x window = one batch: each batch reads whole blocks */
-        {"block 16 x window 4", true, 16, 4},
-        {"block 32 x window 2", true, 32, 2},
-        {"block 64 x window 1", true, 64, 1},
+        {"block 16 x window 8", true, 16, 8},
+        {"block 32 x window 4", true, 32, 4},
+        {"block 64 x window 2", true, 64, 2},
         {"block 128 x window 1", true, 128, 1},
     };
     const int nm = (int)(sizeof modes / sizeof modes[0]);
