@@ -59,8 +59,8 @@ SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan 
 	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
-HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume
-CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu \
+HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
+CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
 
 ALL_TESTS := $(HOST_TESTS) $(SIM_TESTS) $(COMPILE_TESTS) $(RELIABILITY) $(HOST_EXAMPLES)
@@ -217,6 +217,15 @@ $(B)/demo: examples/demo.c $(HDR)
 $(B)/record_files: examples/record_files.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/llmc_tokens: examples/llmc_tokens.cu $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) -x c $< -o $@ -lpthread
+$(B)/llmc_tokens_sim: examples/llmc_tokens.cu $(HDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) -DTEST_SIM -DPREFETCH_CUDA -Itests/sim -x c $< -x none $(SIMSRC) -o $@ -lpthread
+$(B)/llmc_tokens_cuda: examples/llmc_tokens.cu $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
 $(B)/checkpoint_resume: examples/checkpoint_resume.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
@@ -250,10 +259,11 @@ $(B)/cold_bench: bench/cold_bench.c $(HDR)
 
 bench:
 	@mkdir -p $(B)
-	@$(MAKE) --no-print-directory $(B)/bench $(B)/cold_bench $(B)/peer_bench $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
+	@$(MAKE) --no-print-directory $(B)/bench $(B)/cold_bench $(B)/peer_bench $(B)/llmc_tokens $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
 	@$(B)/bench $(if $(QUICK),--quick)
 	@echo; echo "beside PyTorch's DataLoader (when a python3 with torch is here):"
 	@$(B)/peer_bench $(if $(QUICK),--quick)
+	@$(B)/llmc_tokens --bench $(if $(QUICK),--quick)
 	@echo; echo "records past the page cache: sequential, sample shuffle, block shuffle:"
 	@$(B)/cold_bench --dir $(B) $(if $(QUICK),--quick)
 	@echo; echo "the CUDA backend on the simulator's timing model (figures labelled \"simulated GPU (model)\"):"

@@ -104,6 +104,8 @@ step "examples/record_files --check"  $B/record_files --check --quick
 step "examples/record_files --check --block 16" $B/record_files --check --quick --block 16
 step "demo --quick"                  $B/demo --quick
 step "examples/checkpoint_resume --check" $B/checkpoint_resume --check --dir $B
+step "examples/llmc_tokens --check (host)" $B/llmc_tokens --check
+step "examples/llmc_tokens --check (simulated CUDA)" $B/llmc_tokens_sim --check
 
 if [ "$HAVE_CUDA" = "1" ]; then
     echo "the real CUDA toolkit ($NVCC)"
@@ -114,6 +116,7 @@ if [ "$HAVE_CUDA" = "1" ]; then
     step "nvcc .cu with the implementation" $B/nvcc_impl
     step "nvcc examples/train_cuda.cu"  $B/train_cuda --quick
     step "nvcc examples/multi_gpu.cu"   $B/multi_gpu
+    step "nvcc examples/llmc_tokens.cu --check" $B/llmc_tokens_cuda --check
     step "nvcc bench/gpu_bench.cu"      $B/gpu_bench --quick
     step "nvcc demo --quick"            $B/demo_cuda --quick
 else
