@@ -220,7 +220,7 @@ typedef enum pf_backend {
     PF_BACKEND_CUDA
 } pf_backend;
 
-typedef enum pf_log_level { PF_LOG_ERROR = 1, PF_LOG_WARN, PF_LOG_INFO } pf_log_level;
+typedef enum pf_log_level { PF_LOG_ERROR = 1, PF_LOG_WARN, PF_LOG_INFO, PF_LOG_DEBUG } pf_log_level;
 
 /* What the pipeline is bound by, from pf_get_stats. */
 typedef enum pf_bound {
@@ -268,7 +268,8 @@ typedef struct pf_config {
     uint32_t batch_size;       /* required, samples per batch (1 .. 2^24)       */
     size_t batch_bytes;        /* required, slot capacity in bytes              */
     uint32_t epochs;           /* [0 = until pf_destroy]                        */
-    uint32_t num_workers;      /* [4] load threads (1 .. 1024)                  */
+    uint32_t num_workers;      /* [4, or 16 with autotune] load threads (1 .. 1024);
+                                  with autotune, the most it may use          */
     uint32_t host_slots;       /* [2 * num_workers + 1] (1 .. 4096)             */
     uint32_t device_slots;     /* [3] CUDA backend (1 .. 4096)                  */
     bool shuffle;              /* [false] a new permutation each epoch          */
@@ -299,6 +300,8 @@ typedef struct pf_config {
                                   for data read past the page cache)          */
     uint32_t shuffle_window;   /* [8] with shuffle_block > 1: how many blocks
                                   have their samples mixed together           */
+    bool autotune;             /* [false] size the active workers from the
+                                  loader's own measurements, up to num_workers */
 } pf_config;
 
 typedef struct pf_batch {
@@ -335,6 +338,7 @@ typedef struct pf_stats {
                                   the consumer (or the copy) is the bottleneck   */
     double occupancy;          /* mean fraction of host slots filled and waiting,
                                   seen at each pf_next                           */
+    uint32_t workers_active;   /* workers allowed to load now (autotune: its choice) */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
     uint32_t device_ready, device_held;
     pf_bound bound;
@@ -510,6 +514,7 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #define PF__DEFAULT_WORKERS 4u
 #define PF__DEFAULT_DEVICE_SLOTS 3u
 #define PF__DEFAULT_WINDOW 8u
+#define PF__DEFAULT_AUTOTUNE_WORKERS 16u /* I/O-bound loads scale past the cores */
 #define PF__WAIT 100 /* internal: nothing to take yet */
 
 /* Atomics only for the cancel flag, which load callbacks read without the
@@ -781,7 +786,7 @@ typedef struct pf__worker {
 } pf__worker;
 
 /* The roles a thread waits in (see >>waiting). */
-enum { PF__ROLE_WORKER, PF__ROLE_CONSUMER, PF__ROLE_STAGER, PF__ROLE_RETIRER, PF__ROLES };
+enum { PF__ROLE_WORKER, PF__ROLE_CONSUMER, PF__ROLE_STAGER, PF__ROLE_RETIRER, PF__ROLE_PARKED, PF__ROLES };
 
 /* The pipeline's one error record (see >>errors): its first failure, who
    hit it, for which batch, and whether the consumer has been told. */
@@ -924,6 +929,22 @@ struct pf_loader {
     uint32_t nready;       /* host slots READY */
     uint32_t wake_batch;   /* free slots that wake waiting workers */
 
+    /* autotune (>>autotune): workers 0 .. active-1 load, the rest park */
+    uint32_t active;
+    struct {
+        uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
+        double thr_before;     /* throughput before the last increase         */
+        uint32_t before;       /* active before it                             */
+        uint32_t cap;          /* more did not help: stay at or below, a while */
+        uint32_t cap_left;     /* periods until the cap is tried again         */
+        bool probing;          /* the last change was an increase, on trial    */
+        bool shrunk;           /* the last change was a decrease               */
+        uint32_t floor;        /* fewer starved it: stay at or above, a while  */
+        uint32_t floor_left;
+        uint64_t changes, last_change_batch;
+        char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
+    } at;
+
     /* stats */
     uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
     uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns, st_wait_gpu_ns;
@@ -1006,7 +1027,7 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg) {
     pf_config c;
     memset(&c, 0, sizeof c);
     if (cfg) c = *cfg;
-    if (!c.num_workers) c.num_workers = PF__DEFAULT_WORKERS;
+    if (!c.num_workers) c.num_workers = c.autotune ? PF__DEFAULT_AUTOTUNE_WORKERS : PF__DEFAULT_WORKERS;
     if (!c.host_slots) c.host_slots = 2 * c.num_workers + 1;
     if (c.host_slots > PF__MAX_SLOTS && !(cfg && cfg->host_slots)) c.host_slots = PF__MAX_SLOTS;
     if (!c.device_slots) c.device_slots = PF__DEFAULT_DEVICE_SLOTS;
@@ -1118,6 +1139,7 @@ static void pf__send_wakes(pf_loader *l, unsigned w) {
     if (w & (1u << PF__ROLE_CONSUMER)) pf__broadcast(&l->cv[PF__ROLE_CONSUMER]);
     if (w & (1u << PF__ROLE_STAGER)) pf__signal(&l->cv[PF__ROLE_STAGER]);
     if (w & (1u << PF__ROLE_RETIRER)) pf__signal(&l->cv[PF__ROLE_RETIRER]);
+    if (w & (1u << PF__ROLE_PARKED)) pf__broadcast(&l->cv[PF__ROLE_PARKED]);
 }
 
 static void pf__unlock_wake(pf_loader *l) {
@@ -1199,7 +1221,7 @@ static void pf__plan_next(pf_loader *l) {
     pf__wake_takers(l); /* a taker may be waiting for this epoch's plan */
 }
 
-enum { PF__CLAIM_OK, PF__CLAIM_NO_SLOT, PF__CLAIM_NO_JOB, PF__CLAIM_DONE };
+enum { PF__CLAIM_OK, PF__CLAIM_NO_SLOT, PF__CLAIM_NO_JOB, PF__CLAIM_DONE, PF__CLAIM_PARKED };
 
 /* Was batch `batch` of `epoch` delivered before the checkpoint resumed
    from (unordered)? */
@@ -1216,6 +1238,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
     for (;;) {
         pf__slot *s;
         if (l->stopping || l->claims_done) return PF__CLAIM_DONE;
+        if (w->id >= l->active) return PF__CLAIM_PARKED; /* autotune: not needed now */
         if (l->nfree == 0) return PF__CLAIM_NO_SLOT;
         if (!l->claim_planned) {
             if (l->cfg.epochs && l->claim_epoch >= l->cfg.epochs) {
@@ -1433,6 +1456,96 @@ static void pf__note_epoch_end(pf_loader *l) {
     memset(l->ck_done, 0, l->nslots);
 }
 
+/* >>autotune -------------------------------------------------------------- */
+/* cfg.autotune: workers 0 .. active-1 load, the others park on their own
+   condition (created once, up to num_workers: no thread churn). Every
+   PF__AT_PERIOD batches the consumer's pf_next measures the period that
+   just ended, under the lock: throughput, the share of time it waited for
+   loads (waits for a busy GPU do not count), the worker time per batch in
+   load and the consumer's own time per batch.
+   - Input-bound (waited > 5%): grow towards load time / consumer time per
+     batch (the workers needed to keep pace), at most doubling, and put the
+     increase on trial: if the next period's throughput is not 5% better,
+     go back and keep that as a ceiling for a while (a CPU-bound load on a
+     saturated machine: more workers stop helping).
+   - Compute-bound (waited < 1%) with the active workers idle more than
+     half of the time (waiting for a free slot): park one, and if that
+     starves the consumer, the count it grows back to is a floor for a
+     while. So a steady load settles, and a load that changes is followed.
+   Never more than num_workers, nor than the slot ring can keep busy. */
+#define PF__AT_PERIOD 16u
+#define PF__AT_MEMORY 32u /* periods a ceiling or a floor is kept */
+
+static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
+    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %u batches, "
+               "%.0f batches/s)", (unsigned)l->active, (unsigned)n, why, waited * 100, PF__AT_PERIOD, thr);
+    if (n > l->active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
+    l->active = n;
+    l->at.changes++;
+    l->at.last_change_batch = l->st_batches;
+}
+
+static void pf__autotune(pf_loader *l) {
+    uint64_t now, waits, db = l->st_batches - l->at.batches0;
+    uint32_t limit = l->cfg.num_workers < l->nslots ? l->cfg.num_workers : (l->nslots > 1 ? l->nslots - 1 : 1), hi, want;
+    double dt, thr, waited, load_pb, step_pb, idle;
+    if (l->at.t0 && db < PF__AT_PERIOD) return;
+    now = pf__now_ns();
+    waits = l->st_wait_input_ns + l->st_wait_copy_ns;
+    if (!l->at.t0) { /* the first period starts with the first batch */
+        l->at.t0 = now;
+        l->at.batches0 = l->st_batches;
+        l->at.wait0 = waits;
+        l->at.load0 = l->st_load_ns;
+        l->at.wwait0 = l->st_worker_wait_ns;
+        l->at.cap = limit;
+        return;
+    }
+    dt = pf__sec(now - l->at.t0);
+    if (dt <= 0) return;
+    thr = (double)db / dt;
+    waited = pf__sec(waits - l->at.wait0) / dt;
+    load_pb = pf__sec(l->st_load_ns - l->at.load0) / (double)db;
+    step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
+    idle = pf__sec(l->st_worker_wait_ns - l->at.wwait0) / (dt * l->active);
+    l->at.t0 = now;
+    l->at.batches0 = l->st_batches;
+    l->at.wait0 = waits;
+    l->at.load0 = l->st_load_ns;
+    l->at.wwait0 = l->st_worker_wait_ns;
+    if (l->at.cap_left && --l->at.cap_left == 0) l->at.cap = limit; /* try again: the load may have changed */
+    if (l->at.floor_left && --l->at.floor_left == 0) l->at.floor = 1;
+    if (l->at.probing) {
+        l->at.probing = false;
+        if (thr < l->at.thr_before * 1.05) {
+            l->at.cap = l->at.before;
+            l->at.cap_left = PF__AT_MEMORY;
+            pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
+            return;
+        }
+    }
+    hi = limit < l->at.cap ? limit : l->at.cap;
+    if (waited > 0.05 && l->active < hi) {
+        double need = step_pb > 1e-9 ? load_pb / step_pb : (double)hi;
+        want = need > (double)hi ? hi : (uint32_t)need + 1;
+        if (want > 2 * l->active) want = 2 * l->active;
+        if (want <= l->active) want = l->active + 1;
+        if (want > hi) want = hi;
+        if (l->at.shrunk) { /* fewer starved the consumer: not below this, a while */
+            l->at.floor = want;
+            l->at.floor_left = PF__AT_MEMORY;
+        }
+        l->at.shrunk = false;
+        l->at.thr_before = thr;
+        l->at.before = l->active;
+        l->at.probing = true;
+        pf__set_active(l, want, "input-bound", waited, thr);
+    } else if (waited < 0.01 && idle > 0.5 && l->active > 1 && l->active > l->at.floor) {
+        l->at.shrunk = true;
+        pf__set_active(l, l->active - 1, "compute-bound, workers idle", waited, thr);
+    }
+}
+
 /* >>workers --------------------------------------------------------------- */
 static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     const pf__plan *p = s->plan; /* alive: the taker has not passed batch s */
@@ -1485,6 +1598,11 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         pf_job job;
         int rc, claim = pf__claim(l, w, now, &s);
         if (claim == PF__CLAIM_DONE) break;
+        if (claim == PF__CLAIM_PARKED) { /* until autotune wants this worker again */
+            pf__wait(l, PF__ROLE_PARKED, NULL);
+            now = pf__now_ns();
+            continue;
+        }
         if (claim != PF__CLAIM_OK) {
             uint64_t t0 = now;
             pf__wait(l, PF__ROLE_WORKER, NULL);
@@ -1576,6 +1694,15 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     else r = take(l, out, l->cfg.timeout_ms ? &deadline : NULL);
     l->st_last_ns = pf__now_ns(); /* elapsed_s runs to the latest pf_next, whatever it returned */
     *progress = r == PF_OK && l->cfg.progress && l->st_batches % l->cfg.progress_every == 0;
+    if (r == PF_OK && l->cfg.autotune) pf__autotune(l);
+    if (l->at.msg[0]) {
+        char msg[PF__MSG_SIZE];
+        memcpy(msg, l->at.msg, sizeof msg);
+        l->at.msg[0] = '\0';
+        pf__unlock_wake(l);
+        pf__log(&l->cfg, PF_LOG_DEBUG, "%s", msg); /* user code: never under the lock */
+        return r;
+    }
     pf__unlock_wake(l);
     return r;
 }
@@ -2712,6 +2839,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         l->free_stack[i] = nslots - 1 - i; /* slot 0 on top */
     }
     l->nfree = nslots;
+    l->active = c->autotune ? 1 : c->num_workers; /* autotune starts small */
+    l->at.floor = 1;
     l->wake_batch = nslots >= 8 ? nslots / 4 : 1;
     *out = l;
 #ifdef PREFETCH_CUDA
@@ -2920,6 +3049,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     pf__lock(&l->mu);
     out->backend = l->backend;
     out->num_workers = l->cfg.num_workers;
+    out->workers_active = l->active;
     out->host_slots = l->nslots;
     out->device_slots = 0; /* the backend's part below */
     out->epoch = l->cons_epoch;
@@ -2955,7 +3085,7 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     static const char *const bound[] = {"warming up", "input-bound", "copy-bound", "compute-bound"};
     pf_stats s;
     double el, rate;
-    char of[32] = "";
+    char of[32] = "", workers[48] = "";
     int n;
     pf_get_stats(l, &s);
     el = s.elapsed_s > 0 ? s.elapsed_s : 0;
@@ -2963,12 +3093,14 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     if (s.batches_in_epoch) pf__format(of, sizeof of, "/%llu", (unsigned long long)s.batches_in_epoch);
     /* "\xc2\xb7" is a UTF-8 middle dot */
     if (!buf) size = 0; /* (NULL, 0): just the length, to size a buffer */
+    if (l && l->cfg.autotune)
+        pf__format(workers, sizeof workers, " \xc2\xb7 %u workers (auto)", (unsigned)s.workers_active);
     n = snprintf(size ? buf : NULL, size,
                  "epoch %llu \xc2\xb7 batch %llu%s \xc2\xb7 %.1f %s \xc2\xb7 %.0f batches/s \xc2\xb7 waited %.0f%% "
-                 "\xc2\xb7 %s",
+                 "\xc2\xb7 %s%s",
                  (unsigned long long)s.epoch, (unsigned long long)s.batch, of, rate >= 1e9 ? rate / 1e9 : rate / 1e6,
                  rate >= 1e9 ? "GB/s" : "MB/s", el > 0 ? (double)s.batches / el : 0.0, el > 0 ? 100.0 * s.wait_s / el : 0.0,
-                 bound[s.bound]);
+                 bound[s.bound], workers);
     return n < 0 ? 0 : n;
 }
 

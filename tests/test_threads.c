@@ -349,7 +349,178 @@ static void test_failed_create_ran_no_callback(void) {
     }
 }
 
+/* ---- autotune ---- */
+
+typedef struct phased {
+    int slow;            /* load sleeps 2 ms (a slow store) or returns at once */
+    int gate_batch;      /* >= 0: this batch waits until cancelled             */
+    int logged, grew, shrank;
+    pthread_mutex_t mu;
+} phased;
+
+static int phased_load(void *user, pf_job *job) {
+    phased *p = (phased *)user;
+    uint64_t *w = (uint64_t *)job->host;
+    if ((int)job->batch == __atomic_load_n(&p->gate_batch, __ATOMIC_ACQUIRE) && job->epoch == 0)
+        while (!pf_job_cancelled(job)) t_sleep_us(1000); /* a stuck read: only destroy ends it */
+    if (__atomic_load_n(&p->slow, __ATOMIC_ACQUIRE)) t_sleep_us(2000);
+#ifdef TEST_SIM
+    cudaSimHostWrite(job->host, 8 * (job->count + 1));
+#endif
+    w[0] = job->rng;
+    for (uint32_t i = 0; i < job->count; i++) w[1 + i] = job->indices[i];
+    job->bytes = 8 * (job->count + 1);
+    return 0;
+}
+
+static void phased_log(void *user, int level, const char *msg) {
+    phased *p = (phased *)user;
+    if (level != PF_LOG_DEBUG || strncmp(msg, "autotune: ", 10)) return;
+    pthread_mutex_lock(&p->mu);
+    p->logged++;
+    p->grew += strstr(msg, "input-bound") != NULL;
+    p->shrank += strstr(msg, "compute-bound") != NULL;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static pf_config phased_config(phased *p, tcons *c, uint64_t batches) {
+    pf_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.load = phased_load;
+    cfg.user = p;
+    cfg.num_samples = batches * 4;
+    cfg.batch_size = 4;
+    cfg.batch_bytes = 8 * 5;
+    cfg.epochs = 1;
+    cfg.num_workers = 8;
+    cfg.host_slots = 17;
+    cfg.autotune = true;
+    cfg.timeout_ms = T_WAIT_MS;
+    cfg.log = phased_log;
+    cfg.log_user = p;
+#ifdef TEST_SIM
+    cfg.backend = PF_BACKEND_CUDA;
+    cfg.stream = c->stream;
+#else
+    cfg.backend = PF_BACKEND_HOST;
+    (void)c;
+#endif
+    return cfg;
+}
+
+static void phased_init(phased *p) {
+    memset(p, 0, sizeof *p);
+    p->gate_batch = -1;
+    pthread_mutex_init(&p->mu, NULL);
+}
+
+/* Starved, it grows; then compute-bound with idle workers, it shrinks; and
+   it says so in the log, at debug level. The order never changes. */
+static void test_autotune_grows_when_starved_and_shrinks_when_compute_bound(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_stats st;
+    uint32_t peak = 0;
+    char line[256];
+    phased_init(&p);
+    p.slow = 1;
+    t_begin(&c, h_seed);
+    cfg = phased_config(&p, &c, 700);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    pf_get_stats(c.l, &st);
+    CHECK_EQ(st.workers_active, 1); /* it starts small */
+    for (int k = 0; k < 700; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        if (k == 200) { /* the slow phase ends; the consumer now computes 2 ms a batch */
+            pf_get_stats(c.l, &st);
+            peak = st.workers_active;
+            __atomic_store_n(&p.slow, 0, __ATOMIC_RELEASE);
+        }
+        if (k > 200) t_sleep_us(2000);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    pf_get_stats(c.l, &st);
+    CHECKF(peak >= 4, "starved for 200 batches, it reached only %u workers", peak);
+    CHECKF(st.workers_active < peak, "compute-bound for 500 batches, it kept %u of %u workers", st.workers_active, peak);
+    CHECK(st.workers_active >= 1 && st.workers_active <= 8);
+    pf_stats_format(c.l, line, sizeof line);
+    CHECK_CONTAINS(line, "workers (auto)");
+    CHECK(p.grew > 0);
+    CHECK(p.shrank > 0);
+    if (h_verbose) printf("    peak %u workers, then %u; %d changes logged; %s\n", peak, st.workers_active, p.logged, line);
+    t_end(&c);
+    pthread_mutex_destroy(&p.mu);
+}
+
+/* The same batches, indices and rng as a fixed single worker, while the
+   count changes under it. */
+static void test_autotune_keeps_the_order(void) {
+    uint64_t *want = NULL, *got = NULL;
+    size_t nw = 0, ng = 0;
+    for (int at = 0; at < 2; at++) {
+        phased p;
+        tcons c;
+        pf_config cfg;
+        uint64_t **v = at ? &got : &want;
+        size_t *n = at ? &ng : &nw;
+        phased_init(&p);
+        p.slow = at; /* the autotuned run is starved, so it resizes */
+        t_begin(&c, h_seed);
+        c.on_host = 1;
+        cfg = phased_config(&p, &c, 120);
+        cfg.autotune = at != 0;
+        cfg.num_workers = at ? 8 : 1;
+        cfg.shuffle = true;
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        *v = (uint64_t *)malloc(120 * 5 * sizeof(uint64_t));
+        for (;;) {
+            pf_batch b;
+            pf_result r = pf_next(c.l, &b);
+            if (r != PF_OK) break;
+            (*v)[(*n)++] = b.rng;
+            for (uint32_t i = 0; i < b.count; i++) (*v)[(*n)++] = b.indices[i];
+            CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        }
+        t_end(&c);
+        pthread_mutex_destroy(&p.mu);
+    }
+    CHECK_EQ(ng, nw);
+    CHECK(ng == nw && !memcmp(want, got, nw * sizeof(uint64_t)));
+    free(want);
+    free(got);
+}
+
+/* Destroy while it resizes, and with workers parked and one stuck in its
+   load: pf_job_cancelled still ends the stuck load, parked workers wake
+   and leave, nothing hangs or leaks. */
+static void test_autotune_destroy_while_resizing_and_parked(void) {
+    for (int k = 0; k < 12; k++) {
+        phased p;
+        tcons c;
+        pf_config cfg;
+        phased_init(&p);
+        p.slow = 1;
+        if (k % 2) p.gate_batch = 40 + k; /* a worker stuck in load at destroy */
+        t_begin(&c, h_seed + (unsigned)k);
+        c.on_host = 1;
+        cfg = phased_config(&p, &c, 200);
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        for (int i = 0; i < 20 + k; i++) { /* short of the stuck batch */
+            pf_batch b;
+            if (pf_next(c.l, &b) != PF_OK) break;
+            CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        }
+        t_end(&c); /* mid-resize, parked workers, maybe a stuck load */
+        pthread_mutex_destroy(&p.mu);
+    }
+}
+
 static const h_test tests[] = {
+    {"autotune_grows_when_starved_and_shrinks", test_autotune_grows_when_starved_and_shrinks_when_compute_bound},
+    {"autotune_keeps_the_order", test_autotune_keeps_the_order},
+    {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
     {"no_lost_wakeup_between_two_consumers", test_no_lost_wakeup_between_two_consumers},
