@@ -934,13 +934,15 @@ struct pf_loader {
     struct {
         uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
         double thr_before;     /* throughput before the last increase         */
+        double load_before;    /* and the load time per batch then            */
         uint32_t before;       /* active before it                             */
-        uint32_t cap;          /* more did not help: stay at or below, a while */
-        uint32_t cap_left;     /* periods until the cap is tried again         */
+        uint32_t cap;          /* more did not help: stay at or below...       */
+        double cap_load;       /* ...while the load per batch stays near this  */
         bool probing;          /* the last change was an increase, on trial    */
         bool shrunk;           /* the last change was a decrease               */
-        uint32_t floor;        /* fewer starved it: stay at or above, a while  */
-        uint32_t floor_left;
+        uint32_t idle_streak;  /* periods in a row that asked for fewer        */
+        uint32_t floor;        /* fewer starved it: stay at or above...        */
+        double floor_step;     /* ...while the consumer's time per batch stays near this */
         uint64_t changes, last_change_batch;
         char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
     } at;
@@ -1176,7 +1178,7 @@ static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->taker); }
    several loads instead of one. */
 static void pf__wake_workers(pf_loader *l, bool urgent) {
     if (!l->waiting[PF__ROLE_WORKER] || !l->nfree) return;
-    if (urgent || l->nfree >= l->wake_batch || l->nready <= l->cfg.num_workers || l->waiting[l->taker])
+    if (urgent || l->nfree >= l->wake_batch || l->nready <= l->active || l->waiting[l->taker])
         l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
 
@@ -1466,15 +1468,20 @@ static void pf__note_epoch_end(pf_loader *l) {
    - Input-bound (waited > 5%): grow towards load time / consumer time per
      batch (the workers needed to keep pace), at most doubling, and put the
      increase on trial: if the next period's throughput is not 5% better,
-     go back and keep that as a ceiling for a while (a CPU-bound load on a
-     saturated machine: more workers stop helping).
+     go back and keep that as a ceiling (a CPU-bound load on a saturated
+     machine: more workers stop helping).
    - Compute-bound (waited < 1%) with the active workers idle more than
-     half of the time (waiting for a free slot): park one, and if that
-     starves the consumer, the count it grows back to is a floor for a
-     while. So a steady load settles, and a load that changes is followed.
-   Never more than num_workers, nor than the slot ring can keep busy. */
-#define PF__AT_PERIOD 16u
-#define PF__AT_MEMORY 32u /* periods a ceiling or a floor is kept */
+     half of the time (waiting for a free slot) three periods in a row:
+     park one, and if that
+     starves the consumer, the count it grows back to is a floor.
+   A ceiling holds while the load time per batch stays within a third of
+   what it was when it was set, a floor while the consumer's time per batch
+   does: a steady workload settles and stays; one that changes (a slow
+   phase, then a fast one) is followed. Never more than num_workers, nor
+   than the slot ring can keep busy. */
+#define PF__AT_PERIOD 32u
+
+static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
 static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
     pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %u batches, "
@@ -1513,13 +1520,13 @@ static void pf__autotune(pf_loader *l) {
     l->at.wait0 = waits;
     l->at.load0 = l->st_load_ns;
     l->at.wwait0 = l->st_worker_wait_ns;
-    if (l->at.cap_left && --l->at.cap_left == 0) l->at.cap = limit; /* try again: the load may have changed */
-    if (l->at.floor_left && --l->at.floor_left == 0) l->at.floor = 1;
+    if (l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load)) l->at.cap = limit; /* the load changed */
+    if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     if (l->at.probing) {
         l->at.probing = false;
         if (thr < l->at.thr_before * 1.05) {
             l->at.cap = l->at.before;
-            l->at.cap_left = PF__AT_MEMORY;
+            l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
             pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
             return;
         }
@@ -1531,19 +1538,24 @@ static void pf__autotune(pf_loader *l) {
         if (want > 2 * l->active) want = 2 * l->active;
         if (want <= l->active) want = l->active + 1;
         if (want > hi) want = hi;
-        if (l->at.shrunk) { /* fewer starved the consumer: not below this, a while */
+        if (l->at.shrunk) { /* fewer starved the consumer: not below this */
             l->at.floor = want;
-            l->at.floor_left = PF__AT_MEMORY;
+            l->at.floor_step = step_pb;
         }
         l->at.shrunk = false;
         l->at.thr_before = thr;
+        l->at.load_before = load_pb;
         l->at.before = l->active;
         l->at.probing = true;
         pf__set_active(l, want, "input-bound", waited, thr);
     } else if (waited < 0.01 && idle > 0.5 && l->active > 1 && l->active > l->at.floor) {
+        if (++l->at.idle_streak < 3) return; /* three periods in a row, not one noisy one */
+        l->at.idle_streak = 0;
         l->at.shrunk = true;
         pf__set_active(l, l->active - 1, "compute-bound, workers idle", waited, thr);
+        return;
     }
+    l->at.idle_streak = 0;
 }
 
 /* >>workers --------------------------------------------------------------- */

@@ -361,6 +361,139 @@ static void bench_scaling(void) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* 4b. autotune against every fixed worker count, on three load profiles  */
+
+typedef struct profile {
+    const char *name;
+    double io_us, cpu_us, step_us; /* per batch: a sleep and CPU work in load; the step */
+} profile;
+
+static double cpu_now(void) { /* this process's CPU time, all threads, to the ns (not rusage's ticks) */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void spin_cpu(double us) { /* real CPU work: the thread's own CPU clock must advance */
+    struct timespec a, b;
+    volatile uint64_t x = 1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    do {
+        for (int i = 0; i < 2000; i++) x = x * 6364136223846793005u + 1442695040888963407u;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    } while ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) * 1e-3 < us);
+}
+
+static int profile_load(void *user, pf_job *job) {
+    const profile *p = (const profile *)user;
+    if (p->io_us > 0) sleep_us(p->io_us);
+    if (p->cpu_us > 0) spin_cpu(p->cpu_us);
+    job->bytes = 64;
+    return 0;
+}
+
+static void at_log(void *user, int level, const char *msg) {
+    (void)user;
+    if (level == PF_LOG_DEBUG) fprintf(stderr, "    %s\n", msg);
+}
+
+typedef struct at_result {
+    double thr, cpu;
+    uint64_t settled; /* batch of autotune's last change */
+    uint32_t active;
+} at_result;
+
+/* batches in all; throughput and CPU time over the batches after `skip`,
+   the same window for every setting */
+static at_result run_profile(profile *p, unsigned workers, bool autotune, uint64_t batches, uint64_t skip) {
+    pf_config cfg;
+    pf_loader *l;
+    at_result r = {0, 0, 0, 0};
+    double t0 = 0, c0 = 0;
+    uint64_t n = 0;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.load = profile_load;
+    cfg.user = p;
+    cfg.num_samples = batches;
+    cfg.batch_size = 1;
+    cfg.batch_bytes = 64;
+    cfg.epochs = 1;
+    cfg.num_workers = workers;
+    cfg.host_slots = 33; /* the same ring for every setting */
+    cfg.autotune = autotune;
+    if (getenv("AT_LOG")) cfg.log = at_log;
+    if (pf_create(&cfg, &l) != PF_OK) die("pf_create", NULL);
+    for (;;) {
+        pf_batch b;
+        pf_result x = pf_next(l, &b);
+        if (x == PF_END_OF_EPOCH) break;
+        if (x != PF_OK) die("pf_next", l);
+        if (p->step_us > 0) sleep_us(p->step_us);
+        pf_release(l, &b);
+        if (++n == skip) t0 = now_s(), c0 = cpu_now();
+    }
+    r.thr = (double)(batches - skip) / (now_s() - t0);
+    r.cpu = cpu_now() - c0;
+    r.settled = l->at.last_change_batch;
+    r.active = l->active;
+    pf_destroy(l);
+    return r;
+}
+
+/* Best of two runs (one in quick mode): the faster throughput, the lower
+   CPU time, as the copy figures take the best of three. */
+static at_result best_of(profile *p, unsigned workers, bool autotune, uint64_t batches, uint64_t skip) {
+    at_result a = run_profile(p, workers, autotune, batches, skip), b;
+    if (quick) return a;
+    b = run_profile(p, workers, autotune, batches, skip);
+    if (b.thr > a.thr) a.thr = b.thr;
+    if (b.cpu < a.cpu) a.cpu = b.cpu;
+    if (b.settled > a.settled) a.settled = b.settled; /* the later settling counts */
+    return a;
+}
+
+static void bench_autotune(void) {
+    profile profiles[] = {
+        {"I/O-like", 4000, 0, 250},     /* a 4 ms read per batch, a short step */
+        {"CPU-bound decode", 0, 1000, 100}, /* 1 ms of CPU per batch, 2 cores */
+        {"compute-bound", 200, 0, 3000},    /* the step is far longer than the load */
+    };
+    const uint64_t batches = quick ? 400 : 600, skip = 150;
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++) {
+        at_result fixed[5], a;
+        unsigned counts[5] = {1, 2, 4, 8, 16};
+        double best = 0, cpu_ref = 0;
+        char name[64], v[96], lim[64];
+        for (int k = 0; k < 5; k++) {
+            fixed[k] = best_of(&profiles[i], counts[k], false, batches, skip);
+            if (fixed[k].thr > best) best = fixed[k].thr;
+            printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":%u,\"batches_per_s\":%.1f,\"cpu_s\":%.3f}\n",
+                   profiles[i].name, counts[k], fixed[k].thr, fixed[k].cpu);
+        }
+        for (int k = 0; k < 5; k++) /* the smallest setting within 5% of the best */
+            if (fixed[k].thr >= 0.95 * best) {
+                cpu_ref = fixed[k].cpu;
+                break;
+            }
+        a = best_of(&profiles[i], 16, true, batches, skip);
+        printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":\"auto\",\"settled_on\":%u,"
+               "\"settled_at_batch\":%llu,\"batches_per_s\":%.1f,\"cpu_s\":%.3f,\"vs_best\":%.3f,\"cpu_vs_ref\":%.3f}\n",
+               profiles[i].name, a.active, (unsigned long long)a.settled, a.thr, a.cpu, a.thr / best, a.cpu / cpu_ref);
+        snprintf(name, sizeof name, "autotune %s: throughput", profiles[i].name);
+        snprintf(v, sizeof v, "%.0f batches/s, %u workers (auto)", a.thr, a.active);
+        snprintf(lim, sizeof lim, "best fixed: %.0f/s", best);
+        add_row(name, v, lim, a.thr / best, ">= 0.95", a.thr / best >= 0.95);
+        snprintf(name, sizeof name, "autotune %s: CPU time", profiles[i].name);
+        snprintf(v, sizeof v, "%.3f s", a.cpu);
+        snprintf(lim, sizeof lim, "smallest fixed within 5%%: %.3f s", cpu_ref);
+        add_row(name, v, lim, a.cpu / cpu_ref, "<= 1.1", a.cpu / cpu_ref <= 1.1);
+        snprintf(name, sizeof name, "autotune %s: settled", profiles[i].name);
+        snprintf(v, sizeof v, "after batch %llu", (unsigned long long)a.settled);
+        add_row(name, v, "", -1, "<= 300", a.settled <= 300);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
 /* 5. memory: in a fresh child, peak RSS minus the dataset vs the slots    */
 
 static long vm_kib(const char *key) {
@@ -482,6 +615,7 @@ int main(int argc, char **argv) {
     if (want("handoff")) bench_handoff();
     if (want("overlap")) bench_overlap();
     if (want("scaling")) bench_scaling();
+    if (want("autotune")) bench_autotune();
     if (want("memory")) bench_memory(argv[0]);
     printf("\nprefetch.h host backend on %s, %ld cores%s\n", host, sysconf(_SC_NPROCESSORS_ONLN),
            quick ? " (QUICK: shorter runs, noisier)" : "");
