@@ -11,7 +11,7 @@
    Build and run (or just `make demo`):
      cc -O2 -std=c11 examples/demo.c -o demo -lpthread && ./demo
      nvcc -O2 -x cu examples/demo.c -o demo && ./demo      (GPU if present)
-   Options: --batches N --load-ms X --step-ms Y --workers W --quick */
+   Options: --batches N --load-ms X --step-ms Y --workers W (default: cfg.autotune) --quick */
 #define _POSIX_C_SOURCE 200809L
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
@@ -154,7 +154,8 @@ static double prefetched_loop(const opts *o, job_cfg *jc, void *stream, unsigned
     cfg.batch_size = BATCH;
     cfg.batch_bytes = (size_t)BATCH * SAMPLE_BYTES;
     cfg.epochs = 1;
-    cfg.num_workers = o->workers;
+    cfg.num_workers = o->workers; /* 0: autotune picks the count (up to 16) */
+    cfg.autotune = o->workers == 0;
     cfg.stream = stream;
     if (pf_create(&cfg, &l) != PF_OK) {
         fprintf(stderr, "pf_create: %s\n", pf_error(NULL));
@@ -198,7 +199,7 @@ static double prefetched_loop(const opts *o, job_cfg *jc, void *stream, unsigned
 }
 
 int main(int argc, char **argv) {
-    opts o = {200, 4, 3.0, 3.0};
+    opts o = {200, 0, 3.0, 3.0}; /* workers 0: autotune */
     job_cfg jc;
     unsigned char *dataset;
     void *stream = NULL, *dev = NULL;
@@ -254,7 +255,10 @@ int main(int argc, char **argv) {
     printf("backend: %s\n", gpu ? "CUDA (step = a GPU kernel; copies on a side stream)"
                                 : "host (no usable GPU in this build or machine; step = host wait)");
     printf("  naive loop      (load, then step)        %7.3f s   %7.1f batches/s\n", naive, o.batches / naive);
-    printf("  prefetched loop (%u workers, %u slots)    %7.3f s   %7.1f batches/s\n", (unsigned)st.num_workers,
+    if (!o.workers) printf("  autotune settled on %u of up to %u workers\n", (unsigned)st.workers_active,
+                           (unsigned)st.num_workers);
+    printf("  prefetched loop (%u workers, %u slots)    %7.3f s   %7.1f batches/s\n",
+           (unsigned)(o.workers ? st.num_workers : st.workers_active),
            (unsigned)st.host_slots, fast, o.batches / fast);
     printf("  prefetched / naive = %.2f   (speed-up %.2fx)\n", fast / naive, naive / fast);
     printf("  loader: waited %.1f%% of the loop in pf_next, workers loaded %.2f s in all; %s\n",
