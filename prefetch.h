@@ -2098,18 +2098,25 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
     return pf__cuda_code(e);
 }
 
+/* A helper thread (stager, retirer) starts on the loader's device; if it
+   cannot, the pipeline stops with that call named. Returns with the lock
+   held. */
+static void pf__helper_begin(pf_loader *l, int by, const char *who, char *logmsg, size_t n) {
+    cudaError_t e = cudaSetDevice(l->cu.device);
+    pf__lock(&l->mu);
+    if (e != cudaSuccess) {
+        char what[64];
+        pf__format(what, sizeof what, "%s: cudaSetDevice(%d)", who, l->cu.device);
+        pf__cuda_msg(logmsg, n, what, e);
+        pf__cuda_fatal(l, by, logmsg);
+    }
+}
+
 static PF__THREAD_FN pf__stager_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
     pf__cuda *cu = &l->cu;
-    cudaError_t e = cudaSetDevice(cu->device);
     char logmsg[PF__MSG_SIZE] = "";
-    pf__lock(&l->mu);
-    if (e != cudaSuccess) {
-        char m[PF__MSG_SIZE], what[64];
-        pf__format(what, sizeof what, "stager: cudaSetDevice(%d)", cu->device);
-        pf__cuda_msg(m, sizeof m, what, e);
-        pf__cuda_fatal(l, PF__BY_STAGER, m);
-    }
+    pf__helper_begin(l, PF__BY_STAGER, "stager", logmsg, sizeof logmsg);
     while (!l->stopping && !cu->stager_done) {
         pf__slot *s = NULL;
         pf__dslot *ds;
@@ -2195,18 +2202,11 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
 static PF__THREAD_FN pf__retire_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
     pf__cuda *cu = &l->cu;
-    cudaError_t e = cudaSetDevice(cu->device);
     char logmsg[PF__MSG_SIZE] = "";
-    pf__lock(&l->mu);
+    cudaError_t e;
+    pf__helper_begin(l, PF__BY_RETIRER, "retirer", logmsg, sizeof logmsg);
     while (!l->stopping && !pf__error_due(l)) {
         pf__flight f;
-        if (e != cudaSuccess) {
-            char what[64];
-            pf__format(what, sizeof what, "retirer: cudaSetDevice(%d)", cu->device);
-            pf__cuda_msg(logmsg, sizeof logmsg, what, e);
-            pf__cuda_fatal(l, PF__BY_RETIRER, logmsg);
-            break;
-        }
         if (cu->flight_count == 0) {
             pf__wait(l, PF__ROLE_RETIRER, NULL);
             continue;

@@ -244,7 +244,7 @@ static int host_syncs(void);
 typedef struct gate {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int open, delivered, target;
+    int open, delivered, target, running;
 } gate;
 
 static void gate_init(gate *g, int target) {
@@ -260,7 +260,24 @@ static void gate_kernel(void *arg) {
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += 60;
     pthread_mutex_lock(&g->mu);
+    g->running++;
     while (!g->open)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) != 0) break;
+    g->running--;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Before a gate goes out of scope: no gate kernel may still be inside it
+   (the stream thread wakes from its wait on its own time). */
+static void gate_settle(gate *g) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60;
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (g->running)
         if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) != 0) break;
     pthread_mutex_unlock(&g->mu);
 }
@@ -308,7 +325,7 @@ static pf_result scen_fault_ring_full(unsigned long long seed, char *msg, size_t
     talloc a;
     pf_config cfg;
     pf_batch b;
-    gate g;
+    static gate g; /* outlives the stream thread that wakes in it */
     pthread_t opener;
     pf_result r = PF_OK;
     t_load_init(&t);
@@ -337,6 +354,7 @@ static pf_result scen_fault_ring_full(unsigned long long seed, char *msg, size_t
         if (r != PF_OK) break;
     }
     pthread_join(opener, NULL);
+    gate_settle(&g);
     snprintf(msg, size, "%s", pf_error(c.l));
     if (r == PF_ERR_CUDA) {
         CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA); /* sticky */
@@ -350,6 +368,21 @@ static pf_result scen_fault_ring_full(unsigned long long seed, char *msg, size_t
     return r;
 }
 
+/* After a destroy scenario: let the GPU stand-in finish, and return the
+   violations the destroy caused; nothing may be left. */
+static int scen_end(tload *t, tcons *c, char *msg, size_t size) {
+    int v;
+    set_mutant_loader(NULL);
+    CHECK(cudaStreamSynchronize(c->stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(c->stream) == cudaSuccess);
+    v = cudaSimViolations(msg, size);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    pthread_mutex_destroy(&c->mu);
+    t_load_free(t);
+    return v;
+}
+
 /* Destroy with two copies in flight on the timing model (150 ms each, so
    a loaded machine cannot finish the second before the free), nothing
    delivered. Returns the violations: freeing pinned memory that
@@ -358,7 +391,6 @@ static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, siz
     tload t;
     tcons c;
     pf_config cfg;
-    int v;
     t_load_init(&t);
     t_begin(&c, seed);
     cudaSimSetTiming(16384 / 0.150);
@@ -373,15 +405,7 @@ static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, siz
     set_mutant_loader(c.l);
     CHECK(copies_wait(2));
     pf_destroy(c.l); /* the first copy ends at 150 ms, the second at 300 */
-    set_mutant_loader(NULL);
-    CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
-    CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
-    v = cudaSimViolations(msg, size);
-    CHECK_EQ(cudaSimBytesLive(), 0);
-    CHECK_EQ(cudaSimObjectsLive(), 0);
-    pthread_mutex_destroy(&c.mu);
-    t_load_free(&t);
-    return v;
+    return scen_end(&t, &c, msg, size);
 }
 
 /* Destroy while the consumer's 100 ms kernel still reads a released batch
@@ -392,7 +416,6 @@ static int scen_destroy_kernel_in_flight(unsigned long long seed, char *msg, siz
     tcons c;
     pf_config cfg;
     pf_batch b;
-    int v;
     t_load_init(&t);
     t_begin(&c, seed);
     cudaSimSetTiming(1e12); /* copies take no time; the kernel its 100 ms */
@@ -404,15 +427,7 @@ static int scen_destroy_kernel_in_flight(unsigned long long seed, char *msg, siz
     CHECK(cudaSimLaunchKernelFor(c.stream, 100000, NULL, NULL, b.data, b.bytes) == cudaSuccess);
     CHECK_EQ(pf_release(c.l, &b), PF_OK);
     pf_destroy(c.l);
-    set_mutant_loader(NULL);
-    CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
-    CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
-    v = cudaSimViolations(msg, size);
-    CHECK_EQ(cudaSimBytesLive(), 0);
-    CHECK_EQ(cudaSimObjectsLive(), 0);
-    pthread_mutex_destroy(&c.mu);
-    t_load_free(&t);
-    return v;
+    return scen_end(&t, &c, msg, size);
 }
 
 /* A whole epoch on the consumer thread: the host waits it made itself. */
@@ -686,7 +701,7 @@ static void *fault_later(void *arg) {
 }
 static void test_rig_sync_in_progress_answers_a_fault(void) {
     rig r;
-    gate g;
+    static gate g; /* outlives the stream thread that wakes in it */
     pthread_t th;
     rig_open(&r, h_seed, 0);
     gate_init(&g, 0);
@@ -700,6 +715,7 @@ static void test_rig_sync_in_progress_answers_a_fault(void) {
     CHECK(cudaEventSynchronize(r.copied) == cudaErrorIllegalAddress);
     pthread_create(&th, NULL, fault_later, &g);
     pthread_join(th, NULL);
+    gate_settle(&g);
     cudaEventDestroy(r.copied);
     cudaEventDestroy(r.released);
     cudaStreamDestroy(r.copy);
@@ -802,7 +818,7 @@ static void test_rig_free_without_sync_is_flagged(void) {
 static void test_rig_stream_destroy_with_queued_host_function(void) {
     rig r;
     talloc a;
-    gate g;
+    static gate g; /* outlives the stream thread that wakes in it */
     char msg[768];
     void *owner;
     pthread_t th;
@@ -819,6 +835,7 @@ static void test_rig_stream_destroy_with_queued_host_function(void) {
     pthread_create(&th, NULL, fault_later, &g); /* opens the gate */
     pthread_join(th, NULL);
     CHECK(hostfn_wait()); /* the destroyed stream still ran its work */
+    gate_settle(&g);
     CHECK(cudaSimViolations(msg, sizeof msg) == 1);
     CHECK_CONTAINS(msg, "freed before it ran");
     CHECK(cudaStreamSynchronize(r.consumer) == cudaSuccess);
