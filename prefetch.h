@@ -1494,7 +1494,7 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
 
 static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st_batches - l->at.batches0;
-    uint32_t limit = l->cfg.num_workers < l->nslots ? l->cfg.num_workers : (l->nslots > 1 ? l->nslots - 1 : 1), hi, want;
+    uint32_t limit = l->cfg.num_workers < l->nslots ? l->cfg.num_workers : (l->nslots > 1 ? l->nslots - 1 : 1), hi;
     double dt, thr, waited, load_pb, step_pb, idle;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     now = pf__now_ns();
@@ -1534,7 +1534,7 @@ static void pf__autotune(pf_loader *l) {
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (waited > 0.05 && l->active < hi) {
         double need = step_pb > 1e-9 ? load_pb / step_pb : (double)hi;
-        want = need > (double)hi ? hi : (uint32_t)need + 1;
+        uint32_t want = need > (double)hi ? hi : (uint32_t)need + 1;
         if (want > 2 * l->active) want = 2 * l->active;
         if (want <= l->active) want = l->active + 1;
         if (want > hi) want = hi;
@@ -2590,33 +2590,46 @@ static bool pf__checkpoint_n(const pf_loader *l, uint64_t *n) {
     return false; /* resuming asks num_samples_fn, as the run would have */
 }
 
+/* Append to buf (as much as fits) and count the full length in *len, so
+   one pass both writes the token and says how long it is. */
+static void pf__append(char *buf, size_t size, size_t *len, const char *fmt, ...) PF__PRINTF(4, 5);
+static void pf__append(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    int m;
+    va_start(ap, fmt);
+    m = vsnprintf(buf && *len < size ? buf + *len : NULL, buf && *len < size ? size - *len : 0, fmt, ap);
+    va_end(ap);
+    if (m > 0) *len += (size_t)m;
+}
+
 PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
-    char done[PF__MSG_SIZE * 4] = "-", nbuf[24] = "-";
-    size_t used = 0;
+    char nbuf[24] = "-";
+    size_t len = 0;
     uint64_t n, k, pos;
-    int len;
+    int listed = 0;
     pf_result r = PF_OK;
     if (!l) return PF_ERR_INVALID_ARG;
+    if (!buf) size = 0;
     pf__lock(&l->mu);
     if (pf__checkpoint_n(l, &n)) pf__format(nbuf, sizeof nbuf, "%llu", (unsigned long long)n);
+    pos = l->ck_start + (l->ck_low * l->cfg.batch_size - l->ck_first) * l->cfg.world_size;
+    pf__append(buf, size, &len,
+               PF__TOKEN_MAGIC " epoch=%llu batch=%llu pos=%llu n=%s seed=%llu batch_size=%u shuffle=%d block=%u "
+               "window=%u drop_last=%d world=%u rank=%u unordered=%d done=",
+               (unsigned long long)l->ck_epoch, (unsigned long long)l->ck_low, (unsigned long long)pos, nbuf,
+               (unsigned long long)l->cfg.seed, (unsigned)l->cfg.batch_size, (int)l->cfg.shuffle,
+               (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_block : 1),
+               (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_window : 0), (int)l->cfg.drop_last,
+               (unsigned)l->cfg.world_size, (unsigned)l->cfg.rank, (int)l->cfg.unordered);
     for (k = 1; l->cfg.unordered && k < l->nslots; k++) /* delivered past the first missing batch */
         if (l->ck_done[(l->ck_low + k) % l->nslots]) {
-            int m = snprintf(done + used, sizeof done - used, "%s%llu", used ? "," : "",
-                             (unsigned long long)(l->ck_low + k));
-            if (m > 0) used += (size_t)m;
+            uint64_t b = l->ck_low + k;
+            pf__append(buf, size, &len, "%s%llu", listed++ ? "," : "", (unsigned long long)b);
         }
-    pos = l->ck_start + (l->ck_low * l->cfg.batch_size - l->ck_first) * l->cfg.world_size;
-    len = snprintf(buf && size ? buf : NULL, buf ? size : 0,
-                   PF__TOKEN_MAGIC " epoch=%llu batch=%llu pos=%llu n=%s seed=%llu batch_size=%u shuffle=%d block=%u "
-                   "window=%u drop_last=%d world=%u rank=%u unordered=%d done=%s",
-                   (unsigned long long)l->ck_epoch, (unsigned long long)l->ck_low, (unsigned long long)pos, nbuf,
-                   (unsigned long long)l->cfg.seed, (unsigned)l->cfg.batch_size, (int)l->cfg.shuffle,
-                   (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_block : 1),
-                   (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_window : 0), (int)l->cfg.drop_last,
-                   (unsigned)l->cfg.world_size, (unsigned)l->cfg.rank, (int)l->cfg.unordered, done);
-    if (len < 0 || !buf || (size_t)len >= size)
-        r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %d bytes (with its NUL), the buffer has %llu",
-                     len + 1, (unsigned long long)(buf ? size : 0));
+    if (!listed) pf__append(buf, size, &len, "-");
+    if (len >= size)
+        r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %llu bytes (with its NUL), the buffer has %llu",
+                     (unsigned long long)len + 1, (unsigned long long)size);
     pf__unlock(&l->mu);
     return r;
 }
@@ -2701,7 +2714,7 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, uint64_t 
     if (c->epochs && v[K_EPOCH] > c->epochs)
         PF__RBAD("resume token is at epoch %llu, past cfg.epochs = %u", (unsigned long long)v[K_EPOCH],
                  (unsigned)c->epochs);
-    if (done && strcmp(done, "-") && strncmp(done, "- ", 2)) { /* unordered: the batches delivered past `batch` */
+    if (done && done[0] != '-') { /* unordered: the batches delivered past `batch` */
         const char *d = done;
         for (;;) {
             char *e2;

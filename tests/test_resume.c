@@ -303,6 +303,17 @@ static void test_token_edge_cases_and_mismatches(void) {
     CHECK_CONTAINS(tok, "epoch=0 batch=0 ");
     CHECK_EQ(pf_checkpoint(c.l, small, sizeof small), PF_ERR_INVALID_ARG);
     CHECK_CONTAINS(pf_error(c.l), "the token needs");
+    { /* the size it names is exactly enough */
+        unsigned long long need = 0;
+        char *exact;
+        CHECK_EQ(pf_checkpoint(c.l, NULL, 0), PF_ERR_INVALID_ARG);
+        CHECK(sscanf(strstr(pf_error(c.l), "needs "), "needs %llu", &need) == 1);
+        exact = (char *)malloc(need);
+        CHECK_EQ(pf_checkpoint(c.l, exact, need), PF_OK);
+        CHECK_EQ(strlen(exact) + 1, need);
+        CHECK_EQ(pf_checkpoint(c.l, exact, need - 1), PF_ERR_INVALID_ARG);
+        free(exact);
+    }
     CHECK_EQ(t_next(&c, &b), PF_OK);
     t_release(&c, &b);
     CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
