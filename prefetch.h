@@ -857,7 +857,6 @@ typedef struct pf__cuda {
     uint32_t flight_head, flight_count;
     uint32_t held;
     int64_t last_released;      /* device slot, for fault checks at a wait; -1 none */
-    bool delivered_any;
     pf__thread stager, retirer;
     bool stager_started, retirer_started, stager_done;
 } pf__cuda;
@@ -908,7 +907,7 @@ struct pf_loader {
     pf__error error; /* the pipeline's first failure (>>errors) */
 
     /* checkpoint (>>resume): the consumer's position in its epoch */
-    uint64_t ck_epoch, ck_low;   /* the first batch of ck_epoch not yet delivered */
+    uint64_t ck_low;             /* the first batch of cons_epoch not yet delivered */
     uint64_t ck_n;               /* the epoch's samples, once known (ck_n_known)  */
     uint64_t ck_start, ck_first; /* the epoch's resume offsets (pf__plan)         */
     bool ck_n_known;
@@ -1262,7 +1261,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         }
         /* unordered: at most nslots batches past the first undelivered one,
            so a checkpoint lists a bounded set */
-        if (l->cfg.unordered && l->claim_epoch == l->ck_epoch && l->claim_batch >= l->ck_low + l->nslots) {
+        if (l->cfg.unordered && l->claim_epoch == l->cons_epoch && l->claim_batch >= l->ck_low + l->nslots) {
             l->lead_capped = true; /* woken when the consumer moves ck_low */
             return PF__CLAIM_NO_JOB;
         }
@@ -1452,7 +1451,6 @@ static void pf__note_epoch_end(pf_loader *l) {
     l->cons_epoch++;
     l->cons_batch = 0;
     l->cons_nbatches = 0;
-    l->ck_epoch++;
     l->ck_low = l->ck_start = l->ck_first = 0;
     l->ck_n_known = false;
     memset(l->ck_done, 0, l->nslots);
@@ -2030,7 +2028,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     cudaError_t e = pf__cuda_enter(l, &sv);
     (void)e; /* even without the device, free what we can */
     if (cu->copy) (void)cudaStreamSynchronize(cu->copy);
-    if (cu->drain && cu->delivered_any && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
+    if (cu->drain && l->st_batches && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
         (void)cudaEventSynchronize(cu->drain);
     for (d = 0; d < l->cfg.device_slots; d++) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
@@ -2312,7 +2310,6 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             ds->state = PF__SLOT_HELD;
             ds->ticket = ++l->ticket;
             cu->held++;
-            cu->delivered_any = true;
             pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes, ds->n);
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
                            ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
@@ -2585,7 +2582,7 @@ static bool pf__checkpoint_n(const pf_loader *l, uint64_t *n) {
     const pf__plan *p;
     if (l->ck_n_known) return *n = l->ck_n, true;
     if (!l->cfg.num_samples_fn) return *n = l->cfg.num_samples, true;
-    p = pf__plan_find((pf_loader *)l, l->ck_epoch); /* planned, not yet delivered from */
+    p = pf__plan_find((pf_loader *)l, l->cons_epoch); /* planned, not yet delivered from */
     if (p) return *n = p->n, true;
     return false; /* resuming asks num_samples_fn, as the run would have */
 }
@@ -2616,7 +2613,7 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     pf__append(buf, size, &len,
                PF__TOKEN_MAGIC " epoch=%llu batch=%llu pos=%llu n=%s seed=%llu batch_size=%u shuffle=%d block=%u "
                "window=%u drop_last=%d world=%u rank=%u unordered=%d done=",
-               (unsigned long long)l->ck_epoch, (unsigned long long)l->ck_low, (unsigned long long)pos, nbuf,
+               (unsigned long long)l->cons_epoch, (unsigned long long)l->ck_low, (unsigned long long)pos, nbuf,
                (unsigned long long)l->cfg.seed, (unsigned)l->cfg.batch_size, (int)l->cfg.shuffle,
                (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_block : 1),
                (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_window : 0), (int)l->cfg.drop_last,
@@ -2778,7 +2775,7 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
                          &l->rs.has_n, &l->rs.nskip, why, sizeof why) != PF_OK)
         return;
     l->rs.active = true;
-    l->claim_epoch = l->take_epoch = l->cons_epoch = l->ck_epoch = l->rs.epoch;
+    l->claim_epoch = l->take_epoch = l->cons_epoch = l->rs.epoch;
     l->take_done = l->rs.batch + l->rs.nskip;
     l->cons_batch = l->ck_low = l->rs.batch;
     l->ck_start = l->rs.pos;
