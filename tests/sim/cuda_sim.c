@@ -343,6 +343,7 @@ static struct CUstream_st *new_stream(int device, int legacy, const char *name) 
     s->vc.c[id] = ++g.id_clock[id];
     snprintf(g.names[id], sizeof g.names[id], "%s", name);
     pthread_cond_init(&s->cv, NULL);
+    if (g.timing_only) return s; /* no thread: see run_now */
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         g.by_id[id] = NULL;
         pthread_cond_destroy(&s->cv);
@@ -544,14 +545,73 @@ static op *new_op(int kind) {
     return o;
 }
 
+/* Timing-only mode (cudaSimTimingOnly) runs no stream threads, so the
+   simulator takes no host CPU per operation: a GPU's streams take none,
+   and on a small machine the threads would compete with the code being
+   measured. Every input of an operation's modelled end is known when it is
+   enqueued: its stream's previous end, the engine, and for a wait the
+   record it captured, which cudaStreamWaitEvent takes from "the most
+   recent call to cudaEventRecord()" (DOC), already enqueued and so already
+   timed. So the end is fixed at once, and the host sees the operation done
+   when the clock reaches it (eager_done, eager_wait_until). Copies take
+   the one engine in the order they were enqueued. (lock held) */
+static void run_now(struct CUstream_st *s, op *o) {
+    if (o->kind == OP_QUIT) { /* the stream's work is timed: nothing is left to run */
+        g.by_id[s->id] = NULL;
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        free(o);
+        return;
+    }
+    s->vt_done = op_end(s, o);
+    switch (o->kind) {
+    case OP_RECORD:
+        o->ev->hist[o->gen % HIST].gen = o->gen;
+        o->ev->hist[o->gen % HIST].vt = s->vt_done;
+        if (o->gen > o->ev->gen_done) o->ev->gen_done = o->gen;
+        event_unref(o->ev);
+        break;
+    case OP_WAIT:
+        event_unref(o->ev);
+        break;
+    default: /* a copy or a kernel: no bytes move, nothing is checked */
+        if (o->asrc) o->asrc->pending--;
+        if (o->adst) o->adst->pending--;
+        break;
+    }
+    s->done++;
+    free(o);
+}
+
+/* Timing-only: true once the modelled time t has passed. */
+static int eager_done(double t) { return now_s() >= t; }
+
+/* Timing-only: a host sync sleeps, unlocked, until modelled time t (lock
+   held on entry and exit). The timer slack goes to 1 ns on this thread, as
+   it does on the stream threads: a completion wakes its waiter promptly. */
+static void eager_wait_until(double t) {
+    static _Thread_local int slack_set;
+#ifdef __linux__
+    if (!slack_set) (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
+    slack_set = 1;
+    pthread_mutex_unlock(&g.mu);
+    sleep_until(t);
+    pthread_mutex_lock(&g.mu);
+}
+
 static void push(struct CUstream_st *s, op *o) {
     if (s->destroyed && o->kind != OP_QUIT) violation("an operation enqueued on %s after cudaStreamDestroy", g.names[s->id]);
     o->enq_t = now_s();
     if (g.bw > 0) o->delay_us = 0;
+    s->enq++;
+    if (g.timing_only) {
+        run_now(s, o);
+        return;
+    }
     if (s->tail) s->tail->next = o;
     else s->head = o;
     s->tail = o;
-    s->enq++;
     pthread_cond_signal(&s->cv);
 }
 
@@ -811,8 +871,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     o = new_op(OP_QUIT);
     if (!o) END(cudaErrorMemoryAllocation);
     o->delay_us = 0;
-    push(s, o); /* the stream finishes its work, then frees itself */
     s->destroyed = 1;
+    push(s, o); /* the stream finishes its work, then frees itself */
     g.objects_live--;
     END(release_sticky(cudaSuccess));
 }
@@ -821,6 +881,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
    (driver_types.h): synchronising calls return "the same error". */
 static cudaError_t wait_stream(struct CUstream_st *s) {
     uint64_t target = s->enq;
+    if (g.timing_only) {
+        eager_wait_until(s->vt_done);
+        return cudaSuccess;
+    }
     s->waiters++;
     while (s->done < target && g.fault[s->device] == cudaSuccess) pthread_cond_wait(&g.cv, &g.mu);
     s->waiters--;
@@ -889,7 +953,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
         pthread_mutex_unlock(&g.mu);
         return ret(cudaErrorInvalidResourceHandle);
     }
-    if (!a->gen_enq || !b->gen_enq || a->gen_done < a->gen_enq || b->gen_done < b->gen_enq) {
+    if (!a->gen_enq || !b->gen_enq || a->gen_done < a->gen_enq || b->gen_done < b->gen_enq ||
+        (g.timing_only && (!eager_done(a->hist[a->gen_enq % HIST].vt) || !eager_done(b->hist[b->gen_enq % HIST].vt)))) {
         pthread_mutex_unlock(&g.mu);
         return ret(cudaErrorNotReady);
     }
@@ -938,6 +1003,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
     if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
     if (g.fault[ev->device] != cudaSuccess) END(g.fault[ev->device]);
     if (ev->gen_done < ev->gen_enq) END(cudaErrorNotReady);
+    if (g.timing_only && ev->gen_enq && !eager_done(ev->hist[ev->gen_enq % HIST].vt)) END(cudaErrorNotReady);
     if (ev->gen_enq) vc_join(&g.host, &ev->hist[ev->gen_enq % HIST].vc);
     END(cudaSuccess);
 }
@@ -949,7 +1015,11 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     target = ev->gen_enq;
     ev->refs++;
     /* a fault while waiting answers at once: the record will never complete */
-    ev_wait(ev, target, ev->device);
+    if (g.timing_only) {
+        if (target) eager_wait_until(ev->hist[target % HIST].vt);
+    } else {
+        ev_wait(ev, target, ev->device);
+    }
     if (g.fault[ev->device] != cudaSuccess) {
         cudaError_t f = g.fault[ev->device];
         event_unref(ev);
@@ -1000,6 +1070,10 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *arg) {
     s = resolve(st, "cudaLaunchHostFunc");
     if (!s || !fn) END(cudaErrorInvalidValue);
     if (!check_stream(s, "cudaLaunchHostFunc")) END(cudaErrorInvalidValue);
+    if (g.timing_only) {
+        violation("cudaLaunchHostFunc under cudaSimTimingOnly, which runs no host functions");
+        END(cudaErrorInvalidValue);
+    }
     o = new_op(OP_HOSTFN);
     if (!o) END(cudaErrorMemoryAllocation);
     o->fn = fn;
@@ -1021,6 +1095,12 @@ static cudaError_t launch(cudaStream_t st, int kind, unsigned dur_us, void (*fn)
     pthread_mutex_lock(&g.mu);
     s = resolve(st, "a kernel launch");
     if (!s || !fn || !check_stream(s, "a kernel launch")) {
+        pthread_mutex_unlock(&g.mu);
+        return cudaErrorInvalidValue;
+    }
+    if (g.timing_only && (kind == OP_FAULT || fn != noop)) {
+        violation("%s under cudaSimTimingOnly, which runs no kernel bodies and models no faults",
+                  kind == OP_FAULT ? "cudaSimLaunchFault" : "a kernel with a body");
         pthread_mutex_unlock(&g.mu);
         return cudaErrorInvalidValue;
     }
@@ -1097,6 +1177,11 @@ void cudaSimSetTiming(double bw) {
 
 void cudaSimTimingOnly(int on) {
     pthread_mutex_lock(&g.mu);
+    for (int id = 1; id < MAXE; id++)
+        if (g.by_id[id]) { /* its stream threads (or their absence) are already chosen */
+            violation("cudaSimTimingOnly(%d) with streams alive: call it right after cudaSimReset", on);
+            break;
+        }
     g.timing_only = on;
     pthread_mutex_unlock(&g.mu);
 }
