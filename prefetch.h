@@ -815,13 +815,16 @@ typedef struct pf__dslot {
     size_t bytes;
     uint32_t count;
     uint32_t gen;  /* bumps at each copy into it                       */
+    uint64_t seq;  /* the batch's place in staging order (from 1)       */
     bool landed;   /* the retirer saw this gen's copy complete          */
     int state; /* PF__SLOT_FREE, PF__SLOT_READY (queued), PF__SLOT_HELD */
 } pf__dslot;
 
-/* A copy in flight: host slot h into device slot d (its gen-th copy). */
+/* A copy in flight: host slot h into device slot d (its gen-th copy) of
+   the seq-th batch staged. */
 typedef struct pf__flight {
     uint32_t h, d, gen;
+    uint64_t seq;
 } pf__flight;
 
 /* cuCtxGetCurrent / cuCtxSetCurrent, reached through the runtime's
@@ -842,9 +845,10 @@ typedef struct pf__cuda {
     unsigned char *pinned, *dev;
     cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
     cudaEvent_t *hdone;             /* per host slot: the retirer sleeps on it */
-    cudaEvent_t *cstart;            /* per host slot: its copy may start (the GPU
-                                       released the device slot): queried for
-                                       the wait verdict                         */
+    cudaEvent_t *mark;              /* batch seq's at seq % host_slots: recorded on
+                                       the consumer stream as pf_next hands it
+                                       out, for the wait verdict                */
+    uint64_t *mark_seq;             /* the seq each mark holds; 0 none          */
     cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
     pf__ctx_get_fn ctx_get;
     pf__ctx_set_fn ctx_set;
@@ -856,6 +860,8 @@ typedef struct pf__cuda {
     pf__flight *flights;        /* copies in flight, in copy-stream order          */
     uint32_t flight_head, flight_count;
     uint32_t held;
+    uint64_t staged;            /* batches staged so far: the next one's seq - 1   */
+    uint64_t wait_seq;          /* the oldest copy's batch when pf_next began to wait */
     int64_t last_released;      /* device slot, for fault checks at a wait; -1 none */
     pf__thread stager, retirer;
     bool stager_started, retirer_started, stager_done;
@@ -951,7 +957,6 @@ struct pf_loader {
     uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns, st_wait_gpu_ns;
     uint64_t st_load_ns, st_worker_wait_ns, st_ready_sum;
     uint32_t st_waiters;   /* pf_next calls waiting: their waits are counted once */
-    int st_wait_kind;      /* PF__WAIT_* of the first of them                     */
     uint64_t st_wait_since;
 
 #ifdef PREFETCH_CUDA
@@ -1386,32 +1391,29 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
                    (unsigned)l->nslots, (unsigned)ready, (unsigned)copying, (unsigned)l->held);
 }
 
-/* Why the consumer waits, decided when a wait begins. On CUDA the host runs
-   ahead of the GPU, so a wait is often backpressure, not starvation: the
-   GPU is still busy with batches already handed out (the release event
-   recorded after them has not completed). Only the rest is the loader's
-   fault: the last batch's copy had not landed (copy-bound) or the GPU sat
-   idle while the next batch loaded (input-bound). */
+/* Why the consumer waited. On CUDA the host runs ahead of the GPU, so a
+   wait is often backpressure, not starvation: the GPU is still busy with
+   batches already handed out. Only the rest is the loader's fault: the
+   GPU sat idle for a copy (copy-bound) or while the next batch loaded
+   (input-bound). See pf__cuda_wait_kind and pf__cuda_settle. */
 enum { PF__WAIT_INPUT, PF__WAIT_COPY, PF__WAIT_GPU };
 
 /* Waits are counted as wall-clock time during which at least one pf_next
    waited, so two consumers waiting together count once and wait_s never
-   exceeds elapsed_s. The span takes the kind of the wait that opened it. */
-static void pf__wait_begins(pf_loader *l, int kind) {
-    if (l->st_waiters++ == 0) {
-        l->st_wait_since = pf__now_ns();
-        l->st_wait_kind = kind;
-    }
+   exceeds elapsed_s. The span takes the kind of the wait that closes it:
+   a wait's kind may be settled only when it ends. */
+static void pf__wait_begins(pf_loader *l) {
+    if (l->st_waiters++ == 0) l->st_wait_since = pf__now_ns();
 }
 
-static void pf__wait_ends(pf_loader *l) {
+static void pf__wait_ends(pf_loader *l, int kind) {
     uint64_t now = pf__now_ns(), dt;
     l->st_last_ns = now; /* a pf_next that waits again still counts as latest */
     if (--l->st_waiters) return;
     dt = now - l->st_wait_since;
-    if (l->st_wait_kind == PF__WAIT_COPY)
+    if (kind == PF__WAIT_COPY)
         l->st_wait_copy_ns += dt;
-    else if (l->st_wait_kind == PF__WAIT_GPU)
+    else if (kind == PF__WAIT_GPU)
         l->st_wait_gpu_ns += dt;
     else
         l->st_wait_input_ns += dt;
@@ -1669,9 +1671,13 @@ static void pf__fill_batch(pf_loader *l, pf_batch *out, void *data, size_t bytes
 }
 
 /* A consumer wait that may time out: returns PF_TIMEOUT with the reason, or
-   PF_OK after being woken (lock held). kind: PF__WAIT_*, for the stats. */
-static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out, int kind) {
-    static const char *const kinds[] = {"input", "copy", "GPU busy"};
+   PF_OK after being woken (lock held). kind: PF__WAIT_*, for the stats, as
+   seen when the wait begins; settle (may be NULL) gives the final kind
+   when it ends. */
+typedef int (*pf__settle_fn)(pf_loader *l, int kind);
+static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out, int kind,
+                                     pf__settle_fn settle) {
+    static const char *const kinds[] = {"input", "behind copies", "GPU busy"};
     if (*timed_out) {
         char why[PF__MSG_SIZE];
         pf__describe_late(l, why, sizeof why);
@@ -1679,9 +1685,10 @@ static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadli
     }
     PF__RANGE_PUSH("pf_next waits (%s)", kinds[kind]);
     (void)kinds;
-    pf__wait_begins(l, kind);
+    pf__wait_begins(l);
     *timed_out = pf__consumer_wait(l, deadline) != 0;
-    pf__wait_ends(l);
+    if (settle && !*timed_out) kind = settle(l, kind);
+    pf__wait_ends(l, kind);
     PF__RANGE_POP();
     return PF_OK;
 }
@@ -1750,7 +1757,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
             return pf__fail(l, PF_ERR_INVALID_STATE,
                             "pf_next: the caller holds all %u host slots; release a batch first "
                             "(or raise cfg.host_slots)", (unsigned)l->nslots);
-        w = pf__wait_or_timeout(l, deadline, &timed_out, PF__WAIT_INPUT);
+        w = pf__wait_or_timeout(l, deadline, &timed_out, PF__WAIT_INPUT, NULL);
         if (w != PF_OK) return w;
     }
 }
@@ -1998,8 +2005,8 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     for (d = 0; d < l->nslots; d++) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], host_wait), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->cstart[d], per_batch), pf__cuda_code(e),
-                     "cudaEventCreateWithFlags(cstart[%u])", (unsigned)d)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->mark[d], per_batch), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(mark[%u])", (unsigned)d)
     }
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
@@ -2036,7 +2043,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     }
     for (d = 0; cu->hdone && d < l->nslots; d++) {
         if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
-        if (cu->cstart[d]) (void)cudaEventDestroy(cu->cstart[d]);
+        if (cu->mark[d]) (void)cudaEventDestroy(cu->mark[d]);
     }
     if (cu->drain) (void)cudaEventDestroy(cu->drain);
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
@@ -2079,8 +2086,6 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
     char what[PF__MSG_SIZE];
     if ((e = cudaStreamWaitEvent(cu->copy, cu->released[d], 0)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaStreamWaitEvent(copy stream, released[%u])", (unsigned)d);
-    } else if ((e = cudaEventRecord(cu->cstart[s->index], cu->copy)) != cudaSuccess) {
-        pf__format(what, sizeof what, "stager: cudaEventRecord(cstart[%u], copy stream)", (unsigned)s->index);
     } else if ((e = cudaMemcpyAsync(cu->dev + (size_t)d * l->stride, s->data, bytes, cudaMemcpyHostToDevice,
                                     cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaMemcpyAsync(%llu bytes, host slot %u -> device slot %u)",
@@ -2159,6 +2164,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->bytes = s->bytes;
         ds->count = s->count;
         ds->gen++;
+        ds->seq = ++cu->staged;
         ds->landed = false;
         swap = ds->indices; /* the batch's indices travel with it, no copy */
         ds->indices = s->indices;
@@ -2179,6 +2185,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             f->h = s->index;
             f->d = d;
             f->gen = ds->gen;
+            f->seq = ds->seq;
             pf__wake(l, PF__ROLE_RETIRER);
         }
         ds->state = PF__SLOT_READY;
@@ -2234,47 +2241,20 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
     PF__THREAD_RETURN;
 }
 
-/* Decide why pf_next must wait (see PF__WAIT_*). The next batch is either
-   loading (input-bound), or no host slot is left for it because every one
-   is behind a copy. Then the oldest copy in flight says why: not started
-   (its cstart event pending) means it waits for the consumer stream to
-   release its device slot, so the GPU is the limit; started but not landed
-   means the copy engine is. Drops the lock around the queries (no
-   CUDA call under the lock) and returns with it held. Also how the
-   input-bound path notices a device fault: a query answers the sticky
-   error. */
-static int pf__cuda_wait_kind(pf_loader *l) {
-    pf__cuda *cu = &l->cu;
-    int64_t h = cu->flight_count ? (int64_t)cu->flights[cu->flight_head].h : -1, released = cu->last_released;
-    int kind = PF__WAIT_INPUT;
-    uint32_t i;
-    /* a slot free or loading: the next batch waits for a load, whatever
-       the copies of earlier batches are doing */
-    for (i = 0; h >= 0 && i < l->nslots; i++)
-        if (l->slots[i].state == PF__SLOT_FREE || l->slots[i].state == PF__SLOT_LOADING) h = -1;
-    const char *call = NULL;
-    cudaError_t e = cudaSuccess;
+/* Ask the GPU about one event, unlocked (no CUDA call under the lock):
+   true if it is still pending. An error (a sticky device fault) stops the
+   pipeline, named as pf_next's. Returns with the lock held. */
+static bool pf__cuda_pending(pf_loader *l, cudaEvent_t ev) {
+    const char *call = "cudaSetDevice";
     pf__ctx_saved sv;
-    if (h < 0 && released < 0) return PF__WAIT_INPUT; /* nothing on the GPU yet */
+    cudaError_t e;
+    bool pending = false;
     pf__unlock_wake(l);
     e = pf__cuda_enter(l, &sv);
-    if (e != cudaSuccess) {
-        call = "cudaSetDevice";
-    } else if (h >= 0) {
-        call = "cudaEventQuery(cstart)";
-        e = cudaEventQuery(cu->cstart[h]);
-        if (e == cudaErrorNotReady) {
-            kind = PF__WAIT_GPU;
-            e = cudaSuccess;
-        } else if (e == cudaSuccess) {
-            call = "cudaEventQuery(hdone)";
-            e = cudaEventQuery(cu->hdone[h]);
-            if (e == cudaErrorNotReady) kind = PF__WAIT_COPY, e = cudaSuccess;
-        }
-    } else {
-        call = "cudaEventQuery(released)"; /* only to hear of a fault */
-        e = cudaEventQuery(cu->released[released]);
-        if (e == cudaErrorNotReady) e = cudaSuccess;
+    if (e == cudaSuccess) {
+        call = "cudaEventQuery";
+        e = cudaEventQuery(ev);
+        if (e == cudaErrorNotReady) pending = true, e = cudaSuccess;
     }
     pf__cuda_leave(l, &sv);
     pf__lock(&l->mu);
@@ -2285,7 +2265,39 @@ static int pf__cuda_wait_kind(pf_loader *l) {
         pf__cuda_msg(m, sizeof m, what, e);
         pf__cuda_fatal(l, PF__BY_CONSUMER, m);
     }
-    return kind;
+    return pending;
+}
+
+/* Why pf_next must wait, as it begins (see PF__WAIT_*): the next batch is
+   loading (input-bound), or every host slot is behind a copy (COPY, to be
+   settled by pf__cuda_settle). cu->wait_seq: the oldest batch whose copy
+   is in flight. On the input path a query of the latest release is how a
+   device fault is noticed while no copy is in flight. Lock held. */
+static int pf__cuda_wait_kind(pf_loader *l) {
+    pf__cuda *cu = &l->cu;
+    uint32_t i;
+    cu->wait_seq = cu->flight_count ? cu->flights[cu->flight_head].seq : 0;
+    for (i = 0; cu->wait_seq && i < l->nslots; i++)
+        if (l->slots[i].state == PF__SLOT_FREE || l->slots[i].state == PF__SLOT_LOADING) cu->wait_seq = 0;
+    if (cu->wait_seq) return PF__WAIT_COPY;
+    if (cu->last_released >= 0) (void)pf__cuda_pending(l, cu->released[cu->last_released]);
+    return PF__WAIT_INPUT;
+}
+
+/* A wait behind copies ended: the copy of batch wait_seq landed. Was the
+   GPU still busy with the batches before it? pf_next recorded a mark on
+   the consumer stream as it handed that batch out, ahead of the batch's
+   own work. Pending now: the copy was not what the GPU waited for; it ran
+   behind work already handed out (backpressure: the GPU is the limit).
+   Complete: the GPU had run out of work and waited for the copy
+   (copy-bound). Asked when the wait ends, not when it begins: at the
+   beginning the answer depends on where in the GPU's step the host
+   happens to arrive, and a fast host always arrives at the same point. */
+static int pf__cuda_settle(pf_loader *l, int kind) {
+    pf__cuda *cu = &l->cu;
+    uint64_t seq = cu->wait_seq;
+    if (kind != PF__WAIT_COPY || !seq || cu->mark_seq[seq % l->nslots] != seq) return kind;
+    return pf__cuda_pending(l, cu->mark[seq % l->nslots]) ? PF__WAIT_GPU : PF__WAIT_COPY;
 }
 
 static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
@@ -2309,6 +2321,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             ds = &cu->dslots[it.slot];
             ds->state = PF__SLOT_HELD;
             ds->ticket = ++l->ticket;
+            cu->mark_seq[ds->seq % l->nslots] = ds->seq; /* its mark is recorded next, in pf__cuda_consume */
             cu->held++;
             pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes, ds->n);
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
@@ -2325,7 +2338,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             continue;
         }
         {
-            pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, kind);
+            pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, kind, pf__cuda_settle);
             if (w != PF_OK) return w;
         }
     }
@@ -2339,7 +2352,14 @@ static uint64_t pf__device_ticket(pf_loader *l, uint32_t slot) { return l->cu.ds
 static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     const char *call = "cudaSetDevice";
     pf__ctx_saved sv;
+    uint64_t seq = l->cu.dslots[b->pf__slot].seq; /* fixed while the caller holds the batch */
+    uint32_t m = (uint32_t)(seq % l->nslots);
     cudaError_t e = pf__cuda_enter(l, &sv);
+    if (e == cudaSuccess) {
+        /* mark: the consumer stream finished what came before this batch */
+        call = "cudaEventRecord(mark, consumer stream)";
+        e = cudaEventRecord(l->cu.mark[m], l->cu.consumer);
+    }
     if (e == cudaSuccess) {
         call = "cudaStreamWaitEvent(consumer stream, copied)";
         e = cudaStreamWaitEvent(l->cu.consumer, l->cu.copied[b->pf__slot], 0);
@@ -2794,7 +2814,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     unsigned char *base;
     pf_loader *l;
 #ifdef PREFETCH_CUDA
-    size_t o_dslots = 0, o_dfree = 0, o_items = 0, o_copied = 0, o_released = 0, o_hdone = 0, o_flights = 0;
+    size_t o_dslots = 0, o_dfree = 0, o_items = 0, o_copied = 0, o_released = 0, o_hdone = 0, o_flights = 0,
+           o_markseq = 0;
     uint32_t fifo_cap = dslots + plan_cap + 2;
 #endif
     pf__reserve(&lay, 1, sizeof(pf_loader));
@@ -2818,6 +2839,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
         o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
         o_hdone = pf__reserve(&lay, 2 * (size_t)nslots, sizeof(cudaEvent_t));
+        o_markseq = pf__reserve(&lay, nslots, sizeof(uint64_t));
         o_flights = pf__reserve(&lay, nslots, sizeof(pf__flight));
     }
 #endif
@@ -2875,7 +2897,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->copied = (cudaEvent_t *)(base + o_copied);
         cu->released = (cudaEvent_t *)(base + o_released);
         cu->hdone = (cudaEvent_t *)(base + o_hdone);
-        cu->cstart = cu->hdone + nslots;
+        cu->mark = cu->hdone + nslots;
+        cu->mark_seq = (uint64_t *)(base + o_markseq);
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
             cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;

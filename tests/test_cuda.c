@@ -1315,7 +1315,7 @@ static void test_memory_exact_and_flags(void) {
     CHECK_EQ(cudaSimBytesLive(), 5 * 1024 + 3 * 1024);
     CHECK_EQ(cudaSimCalls("cudaHostAlloc"), 1);
     CHECK_EQ(cudaSimCalls("cudaMalloc"), 1);
-    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + 2 * 5 + 1); /* copied, released; hdone, cstart; drain */
+    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + 2 * 5 + 1); /* copied, released; hdone, mark; drain */
     CHECK_EQ(cudaSimCalls("cudaStreamCreateWithFlags"), 2); /* ours (the test's) and the copy stream */
     CHECK_EQ(cudaSimLastFlags("cudaStreamCreateWithFlags"), cudaStreamNonBlocking);
     /* per-batch events only ever waited on by streams or queried: no
