@@ -2269,10 +2269,11 @@ static bool pf__cuda_pending(pf_loader *l, cudaEvent_t ev) {
 }
 
 /* Why pf_next must wait, as it begins (see PF__WAIT_*): the next batch is
-   loading (input-bound), or every host slot is behind a copy (COPY, to be
-   settled by pf__cuda_settle). cu->wait_seq: the oldest batch whose copy
-   is in flight. On the input path a query of the latest release is how a
-   device fault is noticed while no copy is in flight. Lock held. */
+   loading (INPUT), or every host slot is behind a copy (COPY); either is
+   settled by pf__cuda_settle when the wait ends. cu->wait_seq: the oldest
+   batch whose copy is in flight. On the input path a query of the latest
+   release is also how a device fault is noticed while a load is stuck and
+   no copy is in flight. Lock held. */
 static int pf__cuda_wait_kind(pf_loader *l) {
     pf__cuda *cu = &l->cu;
     uint32_t i;
@@ -2284,20 +2285,27 @@ static int pf__cuda_wait_kind(pf_loader *l) {
     return PF__WAIT_INPUT;
 }
 
-/* A wait behind copies ended: the copy of batch wait_seq landed. Was the
-   GPU still busy with the batches before it? pf_next recorded a mark on
-   the consumer stream as it handed that batch out, ahead of the batch's
-   own work. Pending now: the copy was not what the GPU waited for; it ran
-   behind work already handed out (backpressure: the GPU is the limit).
-   Complete: the GPU had run out of work and waited for the copy
-   (copy-bound). Asked when the wait ends, not when it begins: at the
-   beginning the answer depends on where in the GPU's step the host
-   happens to arrive, and a fast host always arrives at the same point. */
+/* A wait ended: was the GPU still busy with batches already handed out?
+   Then neither the load nor the copy waited for was what it lacked: the
+   wait was backpressure (the GPU is the limit). Asked when the wait ends,
+   not when it begins: at the beginning the answer depends on where in the
+   GPU's step the host happens to arrive, and a fast host always arrives at
+   the same point. Whether the copy waited for has started says nothing
+   either: a copy held back by the GPU starts late and is seen running.
+   - behind copies: the mark pf_next recorded on the consumer stream as it
+     handed out batch wait_seq, ahead of that batch's work. Pending: the GPU
+     was still busy with the batches before it. Complete: it had run out of
+     work and waited for the copy (copy-bound).
+   - loading: the latest release, recorded after the work of the batch
+     released last. Complete: the GPU sat idle while the batch loaded
+     (input-bound). */
 static int pf__cuda_settle(pf_loader *l, int kind) {
     pf__cuda *cu = &l->cu;
     uint64_t seq = cu->wait_seq;
-    if (kind != PF__WAIT_COPY || !seq || cu->mark_seq[seq % l->nslots] != seq) return kind;
-    return pf__cuda_pending(l, cu->mark[seq % l->nslots]) ? PF__WAIT_GPU : PF__WAIT_COPY;
+    cudaEvent_t ask = NULL;
+    if (kind == PF__WAIT_COPY && seq && cu->mark_seq[seq % l->nslots] == seq) ask = cu->mark[seq % l->nslots];
+    else if (kind == PF__WAIT_INPUT && cu->last_released >= 0) ask = cu->released[cu->last_released];
+    return ask && pf__cuda_pending(l, ask) ? PF__WAIT_GPU : kind;
 }
 
 static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {

@@ -882,6 +882,110 @@ static void test_rig_timing_model_one_copy_engine(void) {
     CHECK_CONTAINS(msg, "race");
 }
 
+/* Threads in this process (Linux), to see that timing-only runs none per stream. */
+static int process_threads(void) {
+    int n = -1;
+#ifdef __linux__
+    char line[128];
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "Threads:", 8) == 0) n = atoi(line + 8);
+    if (f) fclose(f);
+#endif
+    return n;
+}
+
+static double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+    float ms = -1;
+    CHECK(cudaEventElapsedTime(&ms, a, b) == cudaSuccess);
+    return ms;
+}
+
+static void cb_count(void *arg) { ++*(int *)arg; }
+
+/* Timing-only mode (the benchmarks'): no stream threads; every modelled
+   end is fixed at enqueue, and the host sees it once the clock reaches it.
+   Modelled times are exact from below; above, they include the host's own
+   gaps between enqueues, so the bound there is loose. */
+static void test_rig_timing_only_model(void) {
+    cudaStream_t a, b;
+    cudaEvent_t a0, a1, b0, b1;
+    unsigned char *host, *dev;
+    char msg[768];
+    int threads, ran = 0;
+    double t0;
+    cudaSimReset(h_seed, 0, 1);
+    cudaSimTimingOnly(1);
+    cudaSimSetTiming(4096 / 0.100); /* 4 KiB in 100 ms */
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaHostAlloc((void **)&host, 8192, cudaHostAllocDefault) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&dev, 8192) == cudaSuccess);
+    threads = process_threads();
+    CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
+    CHECKF(process_threads() == threads, "2 streams started %d threads", process_threads() - threads);
+    CHECK(cudaEventCreate(&a0) == cudaSuccess);
+    CHECK(cudaEventCreate(&a1) == cudaSuccess);
+    CHECK(cudaEventCreate(&b0) == cudaSuccess);
+    CHECK(cudaEventCreate(&b1) == cudaSuccess);
+    t0 = h_now();
+    /* stream a: one copy; stream b: waits for it, then a copy (the one
+       engine is free by then) and a 50 ms kernel */
+    CHECK(cudaEventRecord(a0, a) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(dev, host, 4096, cudaMemcpyHostToDevice, a) == cudaSuccess);
+    CHECK(cudaEventRecord(a1, a) == cudaSuccess);
+    CHECK(cudaStreamWaitEvent(b, a1, 0) == cudaSuccess);
+    CHECK(cudaEventRecord(b0, b) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(dev + 4096, host + 4096, 4096, cudaMemcpyHostToDevice, b) == cudaSuccess);
+    CHECK(cudaSimLaunchKernelFor(b, 50000, NULL, NULL, dev, 4096) == cudaSuccess);
+    CHECK(cudaEventRecord(b1, b) == cudaSuccess);
+    if (h_now() - t0 < 0.090) { /* not yet reached: a loaded box may take longer to get here */
+        CHECK(cudaEventQuery(a1) == cudaErrorNotReady);
+        CHECK(cudaEventQuery(b1) == cudaErrorNotReady);
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, a0, b1) == cudaErrorNotReady);
+    }
+    CHECK(cudaEventSynchronize(b1) == cudaSuccess);
+    CHECKF(h_now() - t0 >= 0.2495, "the host saw the 250 ms of modelled work end after %.4f s", h_now() - t0);
+    CHECK(cudaEventQuery(a1) == cudaSuccess);
+    CHECK(cudaEventQuery(b1) == cudaSuccess);
+    CHECKF(elapsed_ms(a0, a1) >= 99.99 && elapsed_ms(a0, a1) < 150, "one 100 ms copy: %.3f ms", elapsed_ms(a0, a1));
+    CHECKF(elapsed_ms(a0, b0) >= 99.99, "b's wait ended %.3f ms after a's copy began", elapsed_ms(a0, b0));
+    CHECKF(elapsed_ms(b0, b1) >= 149.99 && elapsed_ms(b0, b1) < 200, "a copy then a kernel: %.3f ms",
+           elapsed_ms(b0, b1));
+    /* two copies on two streams at once share the engine */
+    CHECK(cudaEventRecord(a0, a) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(dev, host, 4096, cudaMemcpyHostToDevice, a) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(dev + 4096, host + 4096, 4096, cudaMemcpyHostToDevice, b) == cudaSuccess);
+    CHECK(cudaEventRecord(b1, b) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(b) == cudaSuccess);
+    CHECKF(elapsed_ms(a0, b1) >= 199.99, "two copies on two streams: %.3f ms", elapsed_ms(a0, b1));
+    CHECK_EQ(cudaSimViolations(NULL, 0), 0);
+    /* what the mode does not model is refused, not silently skipped */
+    CHECK(cudaLaunchHostFunc(a, cb_count, &ran) != cudaSuccess);
+    CHECK(cudaSimLaunchFault(a) != cudaSuccess);
+    CHECK(cudaSimLaunchKernelFor(a, 10, cb_count, &ran, NULL, 0) != cudaSuccess);
+    CHECK(cudaSimDeviceError(0) == cudaSuccess);
+    CHECK(cudaSimViolations(msg, sizeof msg) == 3);
+    CHECK_CONTAINS(msg, "cudaSimTimingOnly");
+    CHECK_EQ(ran, 0);
+    CHECK(cudaStreamSynchronize(a) == cudaSuccess);
+    CHECK(cudaEventDestroy(a0) == cudaSuccess);
+    CHECK(cudaEventDestroy(a1) == cudaSuccess);
+    CHECK(cudaEventDestroy(b0) == cudaSuccess);
+    CHECK(cudaEventDestroy(b1) == cudaSuccess);
+    CHECK(cudaStreamDestroy(a) == cudaSuccess);
+    /* switching modes with a stream alive is refused too */
+    cudaSimTimingOnly(0);
+    CHECK(cudaSimViolations(msg, sizeof msg) == 4);
+    CHECK_CONTAINS(msg, "with streams alive");
+    CHECK(cudaStreamDestroy(b) == cudaSuccess);
+    CHECK(cudaFree(dev) == cudaSuccess);
+    CHECK(cudaFreeHost(host) == cudaSuccess);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+}
+
 /* ---- the library survives device faults, in every pipeline state ---- */
 
 static void test_fault_with_the_ring_full_reaches_pf_next(void) {
@@ -1099,12 +1203,22 @@ static int regime_load(void *user, pf_job *job) {
     return 0;
 }
 
-static pf_bound run_regime(const regime *g, pf_stats *st) {
+/* timing_only: the simulator's benchmark mode, with no stream threads */
+static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
     tcons c;
     pf_config cfg;
     pf_batch b;
     int n = 0;
-    t_begin(&c, h_seed);
+    if (timing_only) {
+        t_cons_init(&c);
+        cudaSimReset(h_seed, 0, 2);
+        cudaSimTimingOnly(1);
+        CHECK(cudaSetDevice(0) == cudaSuccess);
+        CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking) == cudaSuccess);
+        cudaSimForbidLegacyStream(1);
+    } else {
+        t_begin(&c, h_seed);
+    }
     cudaSimSetTiming(1e9); /* 1 GB/s: a modelled copy takes bytes ns */
     memset(&cfg, 0, sizeof cfg);
     cfg.load = regime_load;
@@ -1129,8 +1243,11 @@ static pf_bound run_regime(const regime *g, pf_stats *st) {
 }
 
 static void test_verdict_right_in_three_modelled_regimes(void) {
-    /* each regime's limit is 10x the others, so scheduling noise on a
-       loaded machine cannot flip it */
+    /* Each regime's limit is 10x, then 2x, the others: milliseconds, so
+       scheduling noise on a loaded machine cannot flip it. The slow-load
+       case is the one a verdict taken when a wait begins got wrong: each
+       wait begins a load (3 ms) after a copy landed, when the next copy,
+       held back by the GPU until then, is already running. */
     static const struct {
         regime g;
         pf_bound want;
@@ -1139,15 +1256,23 @@ static void test_verdict_right_in_three_modelled_regimes(void) {
         {{0, 8000, 64 << 10}, PF_BOUND_COMPUTE, "compute-bound (8 ms kernels, 64 us copies)"},
         {{0, 300, 8 << 20}, PF_BOUND_COPY, "copy-bound (8 ms copies, 0.3 ms kernels)"},
         {{16000, 300, 64 << 10}, PF_BOUND_INPUT, "input-bound (16 ms loads on 2 workers, 0.3 ms kernels)"},
+        {{0, 4000, 2 << 20}, PF_BOUND_COMPUTE, "compute-bound at 2x (4 ms kernels, 2 ms copies)"},
+        {{0, 2000, 4 << 20}, PF_BOUND_COPY, "copy-bound at 2x (4 ms copies, 2 ms kernels)"},
+        {{8000, 2000, 1 << 20}, PF_BOUND_INPUT, "input-bound at 2x (8 ms loads on 2 workers, 2 ms kernels)"},
+        {{3000, 4000, 2 << 20}, PF_BOUND_COMPUTE,
+         "compute-bound, slow loads keeping up (3 ms loads on 2 workers, 2 ms copies, 4 ms kernels)"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        pf_stats st;
-        pf_bound got = run_regime(&cases[i].g, &st);
-        CHECKF(got == cases[i].want, "%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
-               cases[i].name, st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s, st.elapsed_s);
-        if (h_verbose)
-            printf("    %s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name, st.verdict,
-                   st.wait_input_s, st.wait_copy_s, st.wait_gpu_s, st.elapsed_s);
+    for (int mode = 0; mode < 2; mode++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            pf_stats st;
+            pf_bound got = run_regime(&cases[i].g, mode, &st);
+            CHECKF(got == cases[i].want, "%s%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
+                   cases[i].name, mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s,
+                   st.wait_gpu_s, st.elapsed_s);
+            if (h_verbose)
+                printf("    %s%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name,
+                       mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s,
+                       st.elapsed_s);
     }
 }
 
@@ -1596,6 +1721,7 @@ static const h_test tests[] = {
     {"rig_stream_destroy_with_queued_work", test_rig_stream_destroy_with_queued_host_function},
     {"rig_exclusive_process_device", test_rig_exclusive_process_device},
     {"rig_timing_model_one_copy_engine", test_rig_timing_model_one_copy_engine},
+    {"rig_timing_only_model", test_rig_timing_only_model},
     {"mutants_are_caught", test_mutants_are_caught},
     {"fault_with_the_ring_full", test_fault_with_the_ring_full_reaches_pf_next},
     {"fault_while_input_bound", test_fault_while_input_bound_reaches_pf_next},

@@ -1178,9 +1178,10 @@ void cudaSimSetTiming(double bw) {
 void cudaSimTimingOnly(int on) {
     pthread_mutex_lock(&g.mu);
     for (int id = 1; id < MAXE; id++)
-        if (g.by_id[id]) { /* its stream threads (or their absence) are already chosen */
+        if (g.by_id[id]) { /* their threads (or their absence) are already chosen: refused */
             violation("cudaSimTimingOnly(%d) with streams alive: call it right after cudaSimReset", on);
-            break;
+            pthread_mutex_unlock(&g.mu);
+            return;
         }
     g.timing_only = on;
     pthread_mutex_unlock(&g.mu);
