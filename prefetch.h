@@ -328,8 +328,9 @@ typedef struct pf_stats {
     double elapsed_s;          /* from the first pf_next to the latest one       */
     double wait_s;             /* consumer time blocked in pf_next               */
     double wait_input_s;       /*   of which the next batch was still loading
-                                  (and the GPU sat idle)                        */
-    double wait_copy_s;        /*   of which the last batch's copy had not landed */
+                                  (CUDA: and the GPU had run dry)               */
+    double wait_copy_s;        /*   of which the GPU had run dry waiting for a
+                                  copy (CUDA)                                    */
     double wait_gpu_s;         /*   of which the GPU was still busy with batches
                                   already handed out: backpressure, the GPU is
                                   the limit (CUDA)                              */
@@ -3186,9 +3187,10 @@ PF_API bool pf_job_cancelled(const pf_job *job) {
                          caller's device kept, "none" included; destroy waits
                          for the consumer stream (holding batches is fine);
                          pf_next zeroes *out on errors; the verdict tells a
-                         busy GPU (wait_gpu_s) from starvation; per-batch
-                         events without BlockingSync; exclusive-process
-                         devices fall back to the host backend
+                         busy GPU (wait_gpu_s) from starvation, settled as
+                         each wait ends; per-batch events without
+                         BlockingSync; exclusive-process devices fall back
+                         to the host backend
      0.1.0 (2026-11-21)  first release
 */
 

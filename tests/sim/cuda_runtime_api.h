@@ -157,9 +157,15 @@ int cudaSimThreadCalls(const char *fn);
    the real times they were enqueued, and the stream threads sleep until
    it. 0 turns it off (random delays again). */
 void cudaSimSetTiming(double h2d_bytes_per_s);
-/* For benchmarks on the timing model: copies move no bytes and no access
-   is race-checked (per-byte work would make the simulator slower than the
-   modelled copy engine). Ordering, faults and timing stay modelled. */
+/* For benchmarks on the timing model; call it right after cudaSimReset,
+   before any stream exists. Copies move no bytes, no access is
+   race-checked, and no stream runs a thread: each operation's modelled end
+   is fixed when it is enqueued (its stream, the engines and the record a
+   wait captured are all known then) and the host sees it complete once
+   the clock reaches it. So the simulator takes no host CPU per operation,
+   as a GPU takes none; copies hold the engine in the order they were
+   enqueued. Host functions, kernel bodies and injected faults are refused
+   (an error and a violation), not silently skipped. */
 void cudaSimTimingOnly(int on);
 /* The device is in cudaComputeModeExclusiveProcess and another process
    holds it: cudaSetDevice fails, cudaGetDeviceCount still counts it. */

@@ -550,11 +550,13 @@ static op *new_op(int kind) {
    and on a small machine the threads would compete with the code being
    measured. Every input of an operation's modelled end is known when it is
    enqueued: its stream's previous end, the engine, and for a wait the
-   record it captured, which cudaStreamWaitEvent takes from "the most
-   recent call to cudaEventRecord()" (DOC), already enqueued and so already
-   timed. So the end is fixed at once, and the host sees the operation done
-   when the clock reaches it (eager_done, eager_wait_until). Copies take
-   the one engine in the order they were enqueued. (lock held) */
+   record it captured. DOC (cudaStreamWaitEvent): "Makes all future work
+   submitted to stream wait for all work captured in event"; DOC
+   (cudaEventRecord): "Captures in event the contents of stream at the time
+   of this call". That record was enqueued before the wait, so it is
+   already timed. So the end is fixed at once, and the host sees the
+   operation done when the clock reaches it (eager_done, eager_wait_until).
+   Copies take the one engine in the order they were enqueued. (lock held) */
 static void run_now(struct CUstream_st *s, op *o) {
     if (o->kind == OP_QUIT) { /* the stream's work is timed: nothing is left to run */
         g.by_id[s->id] = NULL;
