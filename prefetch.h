@@ -846,9 +846,10 @@ typedef struct pf__cuda {
     unsigned char *pinned, *dev;
     cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
     cudaEvent_t *hdone;             /* per host slot: the retirer sleeps on it */
-    cudaEvent_t *mark;              /* batch seq's at seq % host_slots: recorded on
-                                       the consumer stream as pf_next hands it
-                                       out, for the wait verdict                */
+    cudaEvent_t *mark;              /* batch seq's pair at 2 * (seq % host_slots):
+                                       recorded on the consumer stream before
+                                       and after its wait for the copy, as
+                                       pf_next hands it out; for the verdict    */
     uint64_t *mark_seq;             /* the seq each mark holds; 0 none          */
     cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
     pf__ctx_get_fn ctx_get;
@@ -1951,11 +1952,13 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    queried, so DisableTiming alone, which the runtime says performs best for
    cudaStreamWaitEvent and cudaEventQuery; BlockingSync only on the events a
    host thread sleeps on (hdone for the retirer, drain for destroy), so a
-   waiting thread sleeps instead of spinning a core. */
+   waiting thread sleeps instead of spinning a core. The marks keep timing:
+   the verdict reads the GPU's time between them. */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
     size_t host_bytes = (size_t)l->nslots * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
-    const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync;
+    const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
+                   timed = cudaEventDefault;
     char m[PF__MSG_SIZE];
     cudaError_t e;
     pf_result r = PF_OK;
@@ -2006,8 +2009,10 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     for (d = 0; d < l->nslots; d++) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], host_wait), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->mark[d], per_batch), pf__cuda_code(e),
-                     "cudaEventCreateWithFlags(mark[%u])", (unsigned)d)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->mark[2 * d], timed), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(mark[%u])", (unsigned)(2 * d))
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->mark[2 * d + 1], timed), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(mark[%u])", (unsigned)(2 * d + 1))
     }
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
@@ -2044,7 +2049,8 @@ static void pf__cuda_destroy(pf_loader *l) {
     }
     for (d = 0; cu->hdone && d < l->nslots; d++) {
         if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
-        if (cu->mark[d]) (void)cudaEventDestroy(cu->mark[d]);
+        if (cu->mark[2 * d]) (void)cudaEventDestroy(cu->mark[2 * d]);
+        if (cu->mark[2 * d + 1]) (void)cudaEventDestroy(cu->mark[2 * d + 1]);
     }
     if (cu->drain) (void)cudaEventDestroy(cu->drain);
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
@@ -2242,20 +2248,32 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
     PF__THREAD_RETURN;
 }
 
-/* Ask the GPU about one event, unlocked (no CUDA call under the lock):
-   true if it is still pending. An error (a sticky device fault) stops the
-   pipeline, named as pf_next's. Returns with the lock held. */
-static bool pf__cuda_pending(pf_loader *l, cudaEvent_t ev) {
+/* The GPU time a stream spent waiting for a copy, below which it did not
+   wait at all (an already-landed copy still costs the wait a moment). */
+#define PF__STREAM_WAITED_US 2.0
+
+/* Ask the GPU, unlocked (no CUDA call under the lock), about event a, and
+   if b is given and a complete, the GPU time from a to b. Returns
+   1 a pending; 0 a complete (*us: a to b, or -1 if not known yet). An
+   error (a sticky device fault) stops the pipeline, named as pf_next's.
+   Returns with the lock held. */
+static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) {
     const char *call = "cudaSetDevice";
     pf__ctx_saved sv;
     cudaError_t e;
-    bool pending = false;
+    int pending = 0;
     pf__unlock_wake(l);
     e = pf__cuda_enter(l, &sv);
     if (e == cudaSuccess) {
         call = "cudaEventQuery";
-        e = cudaEventQuery(ev);
-        if (e == cudaErrorNotReady) pending = true, e = cudaSuccess;
+        e = cudaEventQuery(a);
+        if (e == cudaErrorNotReady) pending = 1, e = cudaSuccess;
+    }
+    if (e == cudaSuccess && !pending && b) {
+        float ms = 0;
+        cudaError_t t = cudaEventElapsedTime(&ms, a, b);
+        *us = t == cudaSuccess ? (double)ms * 1e3 : -1;
+        if (t != cudaSuccess) (void)cudaGetLastError(); /* b not landed yet: no error left behind */
     }
     pf__cuda_leave(l, &sv);
     pf__lock(&l->mu);
@@ -2282,31 +2300,39 @@ static int pf__cuda_wait_kind(pf_loader *l) {
     for (i = 0; cu->wait_seq && i < l->nslots; i++)
         if (l->slots[i].state == PF__SLOT_FREE || l->slots[i].state == PF__SLOT_LOADING) cu->wait_seq = 0;
     if (cu->wait_seq) return PF__WAIT_COPY;
-    if (cu->last_released >= 0) (void)pf__cuda_pending(l, cu->released[cu->last_released]);
+    if (cu->last_released >= 0) (void)pf__cuda_ask(l, cu->released[cu->last_released], NULL, NULL);
     return PF__WAIT_INPUT;
 }
 
 /* A wait ended: was the GPU still busy with batches already handed out?
    Then neither the load nor the copy waited for was what it lacked: the
-   wait was backpressure (the GPU is the limit). Asked when the wait ends,
-   not when it begins: at the beginning the answer depends on where in the
-   GPU's step the host happens to arrive, and a fast host always arrives at
-   the same point. Whether the copy waited for has started says nothing
-   either: a copy held back by the GPU starts late and is seen running.
-   - behind copies: the mark pf_next recorded on the consumer stream as it
-     handed out batch wait_seq, ahead of that batch's work. Pending: the GPU
-     was still busy with the batches before it. Complete: it had run out of
-     work and waited for the copy (copy-bound).
+   wait was backpressure (the GPU is the limit). Settled when the wait
+   ends, from the GPU's own record where it can be: at the beginning the
+   answer depends on where in the GPU's step the host happens to arrive,
+   and whether the copy waited for has started says nothing either (a copy
+   held back by the GPU starts late and is seen running).
+   - behind copies: the marks pf_next recorded around batch wait_seq's wait
+     for its copy. The first still pending: the GPU has not even reached
+     that batch (GPU). Otherwise the GPU time between the two is how long
+     the consumer stream sat waiting for the copy: a wait is copy-bound,
+     none is GPU. Read from GPU timestamps, so a host thread scheduled late
+     on a busy machine does not change the answer.
    - loading: the latest release, recorded after the work of the batch
      released last. Complete: the GPU sat idle while the batch loaded
      (input-bound). */
 static int pf__cuda_settle(pf_loader *l, int kind) {
     pf__cuda *cu = &l->cu;
     uint64_t seq = cu->wait_seq;
-    cudaEvent_t ask = NULL;
-    if (kind == PF__WAIT_COPY && seq && cu->mark_seq[seq % l->nslots] == seq) ask = cu->mark[seq % l->nslots];
-    else if (kind == PF__WAIT_INPUT && cu->last_released >= 0) ask = cu->released[cu->last_released];
-    return ask && pf__cuda_pending(l, ask) ? PF__WAIT_GPU : kind;
+    uint32_t m = (uint32_t)(seq % l->nslots);
+    double us = -1;
+    if (kind == PF__WAIT_COPY && seq && cu->mark_seq[m] == seq) {
+        if (pf__cuda_ask(l, cu->mark[2 * m], cu->mark[2 * m + 1], &us)) return PF__WAIT_GPU;
+        return us >= 0 && us < PF__STREAM_WAITED_US ? PF__WAIT_GPU : PF__WAIT_COPY;
+    }
+    if (kind == PF__WAIT_INPUT && cu->last_released >= 0 &&
+        pf__cuda_ask(l, cu->released[cu->last_released], NULL, NULL))
+        return PF__WAIT_GPU;
+    return kind;
 }
 
 static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
@@ -2364,14 +2390,19 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     uint64_t seq = l->cu.dslots[b->pf__slot].seq; /* fixed while the caller holds the batch */
     uint32_t m = (uint32_t)(seq % l->nslots);
     cudaError_t e = pf__cuda_enter(l, &sv);
+    /* the marks: the consumer stream reached this batch, then its copy had
+       landed too; the GPU time between them is the stream's wait for it */
     if (e == cudaSuccess) {
-        /* mark: the consumer stream finished what came before this batch */
         call = "cudaEventRecord(mark, consumer stream)";
-        e = cudaEventRecord(l->cu.mark[m], l->cu.consumer);
+        e = cudaEventRecord(l->cu.mark[2 * m], l->cu.consumer);
     }
     if (e == cudaSuccess) {
         call = "cudaStreamWaitEvent(consumer stream, copied)";
         e = cudaStreamWaitEvent(l->cu.consumer, l->cu.copied[b->pf__slot], 0);
+    }
+    if (e == cudaSuccess) {
+        call = "cudaEventRecord(mark, consumer stream)";
+        e = cudaEventRecord(l->cu.mark[2 * m + 1], l->cu.consumer);
     }
     pf__cuda_leave(l, &sv);
     if (e != cudaSuccess) {
@@ -2847,7 +2878,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         o_items = pf__reserve(&lay, fifo_cap, sizeof(pf__item));
         o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
         o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
-        o_hdone = pf__reserve(&lay, 2 * (size_t)nslots, sizeof(cudaEvent_t));
+        o_hdone = pf__reserve(&lay, 3 * (size_t)nslots, sizeof(cudaEvent_t));
         o_markseq = pf__reserve(&lay, nslots, sizeof(uint64_t));
         o_flights = pf__reserve(&lay, nslots, sizeof(pf__flight));
     }

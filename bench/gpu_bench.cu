@@ -300,7 +300,8 @@ int main(int argc, char **argv) {
     printf("  %-44s %s\n", "step time / max(copy, step)", "(target <= 1.02; naive = copy + step)");
     for (int z = 0; z < 2; z++)
         for (int k = 0; k < 3; k++)
-            printf("    %5zu KiB, step = %.1fx copy: loader %.3f (%.3f..%.3f), naive %.3f\n      verdict (%d of %d trials): %s\n",
+            printf("    %5zu KiB, step = %.1fx copy: loader %.3f (%.3f..%.3f), naive %.3f\n"
+                   "      verdict (%d of %d trials): %s\n",
                    ov_sizes[z] >> 10, factors[k], ov[z][k], ov_lo[z][k], ov_hi[z][k], nv[z][k], agree[z][k], ntrials,
                    verdict[z][k]);
 #ifdef TEST_SIM
