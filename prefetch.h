@@ -846,11 +846,11 @@ typedef struct pf__cuda {
     unsigned char *pinned, *dev;
     cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
     cudaEvent_t *hdone;             /* per host slot: the retirer sleeps on it */
-    cudaEvent_t *mark;              /* batch seq's pair at 2 * (seq % host_slots):
-                                       recorded on the consumer stream before
-                                       and after its wait for the copy, as
-                                       pf_next hands it out; for the verdict    */
-    uint64_t *mark_seq;             /* the seq each mark holds; 0 none          */
+    cudaEvent_t *reached, *fed;     /* the verdict's marks, batch seq's at
+                                       seq % host_slots: recorded on the consumer
+                                       stream as pf_next hands it out, before
+                                       and after its wait for the copy          */
+    uint64_t *mark_seq;             /* the seq each pair holds; 0 none          */
     cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
     pf__ctx_get_fn ctx_get;
     pf__ctx_set_fn ctx_set;
@@ -2009,10 +2009,10 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     for (d = 0; d < l->nslots; d++) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], host_wait), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->mark[2 * d], timed), pf__cuda_code(e),
-                     "cudaEventCreateWithFlags(mark[%u])", (unsigned)(2 * d))
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->mark[2 * d + 1], timed), pf__cuda_code(e),
-                     "cudaEventCreateWithFlags(mark[%u])", (unsigned)(2 * d + 1))
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->reached[d], timed), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(reached[%u])", (unsigned)d)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->fed[d], timed), pf__cuda_code(e),
+                     "cudaEventCreateWithFlags(fed[%u])", (unsigned)d)
     }
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
@@ -2049,8 +2049,8 @@ static void pf__cuda_destroy(pf_loader *l) {
     }
     for (d = 0; cu->hdone && d < l->nslots; d++) {
         if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
-        if (cu->mark[2 * d]) (void)cudaEventDestroy(cu->mark[2 * d]);
-        if (cu->mark[2 * d + 1]) (void)cudaEventDestroy(cu->mark[2 * d + 1]);
+        if (cu->reached[d]) (void)cudaEventDestroy(cu->reached[d]);
+        if (cu->fed[d]) (void)cudaEventDestroy(cu->fed[d]);
     }
     if (cu->drain) (void)cudaEventDestroy(cu->drain);
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
@@ -2326,7 +2326,7 @@ static int pf__cuda_settle(pf_loader *l, int kind) {
     uint32_t m = (uint32_t)(seq % l->nslots);
     double us = -1;
     if (kind == PF__WAIT_COPY && seq && cu->mark_seq[m] == seq) {
-        if (pf__cuda_ask(l, cu->mark[2 * m], cu->mark[2 * m + 1], &us)) return PF__WAIT_GPU;
+        if (pf__cuda_ask(l, cu->reached[m], cu->fed[m], &us)) return PF__WAIT_GPU;
         return us >= 0 && us < PF__STREAM_WAITED_US ? PF__WAIT_GPU : PF__WAIT_COPY;
     }
     if (kind == PF__WAIT_INPUT && cu->last_released >= 0 &&
@@ -2388,21 +2388,21 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     const char *call = "cudaSetDevice";
     pf__ctx_saved sv;
     uint64_t seq = l->cu.dslots[b->pf__slot].seq; /* fixed while the caller holds the batch */
-    uint32_t m = (uint32_t)(seq % l->nslots);
+    uint32_t k = (uint32_t)(seq % l->nslots);
     cudaError_t e = pf__cuda_enter(l, &sv);
     /* the marks: the consumer stream reached this batch, then its copy had
        landed too; the GPU time between them is the stream's wait for it */
     if (e == cudaSuccess) {
-        call = "cudaEventRecord(mark, consumer stream)";
-        e = cudaEventRecord(l->cu.mark[2 * m], l->cu.consumer);
+        call = "cudaEventRecord(reached, consumer stream)";
+        e = cudaEventRecord(l->cu.reached[k], l->cu.consumer);
     }
     if (e == cudaSuccess) {
         call = "cudaStreamWaitEvent(consumer stream, copied)";
         e = cudaStreamWaitEvent(l->cu.consumer, l->cu.copied[b->pf__slot], 0);
     }
     if (e == cudaSuccess) {
-        call = "cudaEventRecord(mark, consumer stream)";
-        e = cudaEventRecord(l->cu.mark[2 * m + 1], l->cu.consumer);
+        call = "cudaEventRecord(fed, consumer stream)";
+        e = cudaEventRecord(l->cu.fed[k], l->cu.consumer);
     }
     pf__cuda_leave(l, &sv);
     if (e != cudaSuccess) {
@@ -2937,7 +2937,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->copied = (cudaEvent_t *)(base + o_copied);
         cu->released = (cudaEvent_t *)(base + o_released);
         cu->hdone = (cudaEvent_t *)(base + o_hdone);
-        cu->mark = cu->hdone + nslots;
+        cu->reached = cu->hdone + nslots;
+        cu->fed = cu->reached + nslots;
         cu->mark_seq = (uint64_t *)(base + o_markseq);
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
