@@ -112,9 +112,10 @@
    THREADING MODEL
 
      num_workers threads call load, each on its own slot; never two at once
-     on one slot (plus, on CUDA, a stager and a retirer thread). A worker first needs a free slot, then takes the next batch
-     in order, so the oldest undelivered batch always has a slot and in-order
-     delivery cannot deadlock. pf_next, pf_release, pf_batch_wait and
+     on one slot (on CUDA a stager and a retirer thread run beside them). A
+     worker first needs a free slot, then takes the next batch in order, so
+     the oldest undelivered batch always has a slot and in-order delivery
+     cannot deadlock. pf_next, pf_release, pf_batch_wait and
      pf_get_stats may be called from any thread (they lock); pf_destroy must
      not race with any other call on the same loader. Waiting is on condition
      variables only: an idle loader uses no CPU. One loader per GPU; loaders
@@ -786,6 +787,16 @@ typedef struct pf__worker {
     char msg[PF__MSG_SIZE]; /* pf_job_fail writes here */
 } pf__worker;
 
+/* A checkpoint token, read (see >>resume). */
+typedef struct pf__resume {
+    bool active;             /* the first epoch planned starts here      */
+    bool has_n;              /* the token knew its epoch's size, n       */
+    uint64_t epoch, batch, pos, n;
+    uint32_t nskip;
+    uint64_t *skip;          /* unordered: batches already delivered (NULL:
+                                only counted)                           */
+} pf__resume;
+
 /* The roles a thread waits in (see >>waiting). */
 enum { PF__ROLE_WORKER, PF__ROLE_CONSUMER, PF__ROLE_STAGER, PF__ROLE_RETIRER, PF__ROLE_PARKED, PF__ROLES };
 
@@ -815,16 +826,15 @@ typedef struct pf__dslot {
     uint64_t *indices;
     size_t bytes;
     uint32_t count;
-    uint32_t gen;  /* bumps at each copy into it                       */
     uint64_t seq;  /* the batch's place in staging order (from 1)       */
-    bool landed;   /* the retirer saw this gen's copy complete          */
+    bool landed;   /* the retirer saw this seq's copy complete          */
     int state; /* PF__SLOT_FREE, PF__SLOT_READY (queued), PF__SLOT_HELD */
 } pf__dslot;
 
-/* A copy in flight: host slot h into device slot d (its gen-th copy) of
-   the seq-th batch staged. */
+/* A copy in flight: host slot h into device slot d, of the seq-th batch
+   staged. */
 typedef struct pf__flight {
-    uint32_t h, d, gen;
+    uint32_t h, d;
     uint64_t seq;
 } pf__flight;
 
@@ -863,7 +873,6 @@ typedef struct pf__cuda {
     uint32_t flight_head, flight_count;
     uint32_t held;
     uint64_t staged;            /* batches staged so far: the next one's seq - 1   */
-    uint64_t wait_seq;          /* the oldest copy's batch when pf_next began to wait */
     int64_t last_released;      /* device slot, for fault checks at a wait; -1 none */
     pf__thread stager, retirer;
     bool stager_started, retirer_started, stager_done;
@@ -921,13 +930,7 @@ struct pf_loader {
     bool ck_n_known;
     bool lead_capped;            /* unordered: a claim waits for ck_low to move */
     unsigned char *ck_done;      /* unordered: delivered past ck_low, by batch % nslots */
-    /* resume: where cfg.resume says to start (the first epoch planned) */
-    struct {
-        bool active, has_n;
-        uint64_t epoch, batch, pos, n;
-        uint32_t nskip;
-        uint64_t *skip;          /* unordered: batches already delivered */
-    } rs;
+    pf__resume rs; /* where cfg.resume says to start (the first epoch planned) */
 
     int stopping; /* read by pf_job_cancelled without the lock */
     bool started; /* every thread exists: workers may run user code */
@@ -1176,6 +1179,12 @@ static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
     return r;
 }
 
+/* Something every waiting worker must look at (a plan, the lead cap, a
+   stop): wake them all. */
+static void pf__wake_all_workers(pf_loader *l) {
+    if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
+}
+
 /* A loaded batch (or an end, or an error) may unblock the taker. */
 static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->taker); }
 
@@ -1207,7 +1216,7 @@ static void pf__plan_next(pf_loader *l) {
         n = l->cfg.num_samples;
     }
     l->planning = false;
-    if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
+    pf__wake_all_workers(l);
     if (n > PF__MAX_SAMPLES) { /* due once every batch planned before it was taken */
         pf__set_error(l, PF_ERR_INVALID_ARG, PF__BY_PLANNING, false, e, 0,
                       "cfg.num_samples_fn returned %llu for epoch %llu: must be 0 .. 2^62", (unsigned long long)n,
@@ -1323,7 +1332,7 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         l->take_done = 0;
         l->plan_head = (l->plan_head + 1) % l->plan_cap;
         l->plan_count--;
-        if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS; /* room for another plan */
+        pf__wake_all_workers(l); /* room for another plan */
         return PF_END_OF_EPOCH;
     }
     if (!l->cfg.unordered) {
@@ -1397,8 +1406,15 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
    wait is often backpressure, not starvation: the GPU is still busy with
    batches already handed out. Only the rest is the loader's fault: the
    GPU sat idle for a copy (copy-bound) or while the next batch loaded
-   (input-bound). See pf__cuda_wait_kind and pf__cuda_settle. */
+   (input-bound). See pf__cuda_wait_on and pf__cuda_settle. */
 enum { PF__WAIT_INPUT, PF__WAIT_COPY, PF__WAIT_GPU };
+
+/* What one pf_next waits on: a PF__WAIT_* kind as the wait begins and, for
+   a wait behind copies, the batch (its staging seq) it is behind. */
+typedef struct pf__wait_on {
+    int kind;
+    uint64_t seq;
+} pf__wait_on;
 
 /* Waits are counted as wall-clock time during which at least one pf_next
    waited, so two consumers waiting together count once and wait_s never
@@ -1444,7 +1460,7 @@ static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint
         while (l->ck_done[l->ck_low % l->nslots]);
         if (l->lead_capped) { /* a worker stopped at the lead cap: it moved */
             l->lead_capped = false;
-            if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
+            pf__wake_all_workers(l);
         }
     } else {
         l->ck_done[batch % l->nslots] = 1;
@@ -1494,6 +1510,15 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
     l->at.last_change_batch = l->st_batches;
 }
 
+/* A measuring period starts now: the counters it is measured against. */
+static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
+    l->at.t0 = now;
+    l->at.batches0 = l->st_batches;
+    l->at.wait0 = waits;
+    l->at.load0 = l->st_load_ns;
+    l->at.wwait0 = l->st_worker_wait_ns;
+}
+
 static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st_batches - l->at.batches0;
     uint32_t limit = l->cfg.num_workers < l->nslots ? l->cfg.num_workers : (l->nslots > 1 ? l->nslots - 1 : 1), hi;
@@ -1502,11 +1527,7 @@ static void pf__autotune(pf_loader *l) {
     now = pf__now_ns();
     waits = l->st_wait_input_ns + l->st_wait_copy_ns;
     if (!l->at.t0) { /* the first period starts with the first batch */
-        l->at.t0 = now;
-        l->at.batches0 = l->st_batches;
-        l->at.wait0 = waits;
-        l->at.load0 = l->st_load_ns;
-        l->at.wwait0 = l->st_worker_wait_ns;
+        pf__at_period_start(l, now, waits);
         l->at.cap = limit;
         return;
     }
@@ -1517,11 +1538,7 @@ static void pf__autotune(pf_loader *l) {
     load_pb = pf__sec(l->st_load_ns - l->at.load0) / (double)db;
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
     idle = pf__sec(l->st_worker_wait_ns - l->at.wwait0) / (dt * l->active);
-    l->at.t0 = now;
-    l->at.batches0 = l->st_batches;
-    l->at.wait0 = waits;
-    l->at.load0 = l->st_load_ns;
-    l->at.wwait0 = l->st_worker_wait_ns;
+    pf__at_period_start(l, now, waits);
     if (l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load)) l->at.cap = limit; /* the load changed */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     if (l->at.probing) {
@@ -1673,13 +1690,14 @@ static void pf__fill_batch(pf_loader *l, pf_batch *out, void *data, size_t bytes
 }
 
 /* A consumer wait that may time out: returns PF_TIMEOUT with the reason, or
-   PF_OK after being woken (lock held). kind: PF__WAIT_*, for the stats, as
-   seen when the wait begins; settle (may be NULL) gives the final kind
+   PF_OK after being woken (lock held). on: what it waits on, for the stats,
+   as seen when the wait begins; settle (may be NULL) gives the final kind
    when it ends. */
-typedef int (*pf__settle_fn)(pf_loader *l, int kind);
-static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out, int kind,
-                                     pf__settle_fn settle) {
+typedef int (*pf__settle_fn)(pf_loader *l, const pf__wait_on *on);
+static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadline, bool *timed_out,
+                                     const pf__wait_on *on, pf__settle_fn settle) {
     static const char *const kinds[] = {"input", "behind copies", "GPU busy"};
+    int kind = on->kind;
     if (*timed_out) {
         char why[PF__MSG_SIZE];
         pf__describe_late(l, why, sizeof why);
@@ -1689,7 +1707,7 @@ static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadli
     (void)kinds;
     pf__wait_begins(l);
     *timed_out = pf__consumer_wait(l, deadline) != 0;
-    if (settle && !*timed_out) kind = settle(l, kind);
+    if (settle && !*timed_out) kind = settle(l, on);
     pf__wait_ends(l, kind);
     PF__RANGE_POP();
     return PF_OK;
@@ -1704,6 +1722,7 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
 typedef pf_result (*pf__take_fn)(pf_loader *l, pf_batch *out, const struct timespec *deadline);
 static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, bool *progress) {
     struct timespec deadline;
+    char msg[PF__MSG_SIZE];
     pf_result r;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->mu);
@@ -1714,15 +1733,13 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     l->st_last_ns = pf__now_ns(); /* elapsed_s runs to the latest pf_next, whatever it returned */
     *progress = r == PF_OK && l->cfg.progress && l->st_batches % l->cfg.progress_every == 0;
     if (r == PF_OK && l->cfg.autotune) pf__autotune(l);
-    if (l->at.msg[0]) {
-        char msg[PF__MSG_SIZE];
+    msg[0] = '\0';
+    if (l->at.msg[0]) { /* autotune changed the worker count: say so */
         memcpy(msg, l->at.msg, sizeof msg);
         l->at.msg[0] = '\0';
-        pf__unlock_wake(l);
-        pf__log(&l->cfg, PF_LOG_DEBUG, "%s", msg); /* user code: never under the lock */
-        return r;
     }
     pf__unlock_wake(l);
+    if (msg[0]) pf__log(&l->cfg, PF_LOG_DEBUG, "%s", msg); /* user code: never under the lock */
     return r;
 }
 
@@ -1734,6 +1751,7 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
 /* >>backend host ---------------------------------------------------------- */
 /* pf_next hands out the filled host slot itself; pf_release frees it. */
 static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
+    static const pf__wait_on input = {PF__WAIT_INPUT, 0};
     bool timed_out = false;
     for (;;) {
         pf__slot *s = NULL;
@@ -1759,7 +1777,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
             return pf__fail(l, PF_ERR_INVALID_STATE,
                             "pf_next: the caller holds all %u host slots; release a batch first "
                             "(or raise cfg.host_slots)", (unsigned)l->nslots);
-        w = pf__wait_or_timeout(l, deadline, &timed_out, PF__WAIT_INPUT, NULL);
+        w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
         if (w != PF_OK) return w;
     }
 }
@@ -1968,16 +1986,6 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     cu->consumer = (cudaStream_t)l->cfg.stream;
     cu->last_released = -1;
     pf__cuda_ctx_init(cu);
-    e = pf__cuda_enter(l, &sv);
-    if (e != cudaSuccess) {
-        char what[64];
-        pf__format(what, sizeof what, "cudaSetDevice(%d)", cu->device);
-        pf__cuda_msg(m, sizeof m, what, e);
-        pf__format(why, n, "pf_create: %s", m);
-        pf__cuda_leave(l, &sv);
-        (void)cudaGetLastError();
-        return pf__cuda_code(e);
-    }
 #define PF__CUDA_TRY(call, code, ...)                                                                     \
     if ((e = (call)) != cudaSuccess) {                                                                    \
         char what[PF__MSG_SIZE];                                                                          \
@@ -1987,6 +1995,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
         r = (code);                                                                                       \
         goto done;                                                                                        \
     }
+    PF__CUDA_TRY(pf__cuda_enter(l, &sv), pf__cuda_code(e), "cudaSetDevice(%d)", cu->device)
     PF__CUDA_TRY(cudaHostAlloc((void **)&cu->pinned, host_bytes, cudaHostAllocDefault),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
                  "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu)", (unsigned long long)host_bytes,
@@ -2079,9 +2088,20 @@ static void pf__cuda_fatal(pf_loader *l, int by, const char *msg) {
     pf__wake(l, PF__ROLE_CONSUMER);
     pf__wake(l, PF__ROLE_STAGER);
     pf__wake(l, PF__ROLE_RETIRER);
-    if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
+    pf__wake_all_workers(l);
 }
 
+/* One of the consumer's own CUDA calls (in fn, a public call) failed: the
+   pipeline stops and m gets "fn: call failed: ..." (lock held; clearing
+   the runtime's last error only reads this thread's state). */
+static void pf__cuda_consumer_failed(pf_loader *l, const char *fn, const char *call, cudaError_t e, char *m,
+                                     size_t n) {
+    char what[96];
+    (void)cudaGetLastError();
+    pf__format(what, sizeof what, "%s: %s", fn, call);
+    pf__cuda_msg(m, n, what, e);
+    pf__cuda_fatal(l, PF__BY_CONSUMER, m);
+}
 
 /* Copy host slot s into device slot d, ordered on the GPU after the
    consumer's release of d, then record hdone[s] for the retirer. Nothing
@@ -2170,7 +2190,6 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->n = s->n;
         ds->bytes = s->bytes;
         ds->count = s->count;
-        ds->gen++;
         ds->seq = ++cu->staged;
         ds->landed = false;
         swap = ds->indices; /* the batch's indices travel with it, no copy */
@@ -2191,7 +2210,6 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             pf__flight *f = &cu->flights[(cu->flight_head + cu->flight_count++) % l->nslots];
             f->h = s->index;
             f->d = d;
-            f->gen = ds->gen;
             f->seq = ds->seq;
             pf__wake(l, PF__ROLE_RETIRER);
         }
@@ -2237,7 +2255,7 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
         }
         cu->flight_head = (cu->flight_head + 1) % l->nslots;
         cu->flight_count--;
-        if (cu->dslots[f.d].gen == f.gen && !cu->dslots[f.d].landed) {
+        if (cu->dslots[f.d].seq == f.seq && !cu->dslots[f.d].landed) {
             cu->dslots[f.d].landed = true;
             pf__wake(l, PF__ROLE_CONSUMER); /* pf_batch_wait */
         }
@@ -2278,30 +2296,28 @@ static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) 
     pf__cuda_leave(l, &sv);
     pf__lock(&l->mu);
     if (e != cudaSuccess) {
-        char m[PF__MSG_SIZE], what[96];
-        (void)cudaGetLastError();
-        pf__format(what, sizeof what, "pf_next: %s", call);
-        pf__cuda_msg(m, sizeof m, what, e);
-        pf__cuda_fatal(l, PF__BY_CONSUMER, m);
+        char m[PF__MSG_SIZE];
+        pf__cuda_consumer_failed(l, "pf_next", call, e, m, sizeof m);
     }
     return pending;
 }
 
-/* Why pf_next must wait, as it begins (see PF__WAIT_*): the next batch is
-   loading (INPUT), or every host slot is behind a copy (COPY); either is
-   settled by pf__cuda_settle when the wait ends. cu->wait_seq: the oldest
-   batch whose copy is in flight. On the input path a query of the latest
-   release is also how a device fault is noticed while a load is stuck and
-   no copy is in flight. Lock held. */
-static int pf__cuda_wait_kind(pf_loader *l) {
+/* What pf_next waits on, as it begins (see PF__WAIT_*): the next batch is
+   loading (INPUT), or every host slot is behind a copy (COPY, seq: the
+   oldest batch whose copy is in flight); either is settled by
+   pf__cuda_settle when the wait ends. On the input path a query of the
+   latest release is also how a device fault is noticed while a load is
+   stuck and no copy is in flight. Lock held. */
+static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
     pf__cuda *cu = &l->cu;
+    pf__wait_on on = {PF__WAIT_COPY, cu->flight_count ? cu->flights[cu->flight_head].seq : 0};
     uint32_t i;
-    cu->wait_seq = cu->flight_count ? cu->flights[cu->flight_head].seq : 0;
-    for (i = 0; cu->wait_seq && i < l->nslots; i++)
-        if (l->slots[i].state == PF__SLOT_FREE || l->slots[i].state == PF__SLOT_LOADING) cu->wait_seq = 0;
-    if (cu->wait_seq) return PF__WAIT_COPY;
+    for (i = 0; on.seq && i < l->nslots; i++)
+        if (l->slots[i].state == PF__SLOT_FREE || l->slots[i].state == PF__SLOT_LOADING) on.seq = 0;
+    if (on.seq) return on;
     if (cu->last_released >= 0) (void)pf__cuda_ask(l, cu->released[cu->last_released], NULL, NULL);
-    return PF__WAIT_INPUT;
+    on.kind = PF__WAIT_INPUT;
+    return on;
 }
 
 /* A wait ended: was the GPU still busy with batches already handed out?
@@ -2311,7 +2327,7 @@ static int pf__cuda_wait_kind(pf_loader *l) {
    answer depends on where in the GPU's step the host happens to arrive,
    and whether the copy waited for has started says nothing either (a copy
    held back by the GPU starts late and is seen running).
-   - behind copies: the marks pf_next recorded around batch wait_seq's wait
+   - behind copies: the marks pf_next recorded around batch on->seq's wait
      for its copy. The first still pending: the GPU has not even reached
      that batch (GPU). Otherwise the GPU time between the two is how long
      the consumer stream sat waiting for the copy: a wait is copy-bound,
@@ -2320,25 +2336,24 @@ static int pf__cuda_wait_kind(pf_loader *l) {
    - loading: the latest release, recorded after the work of the batch
      released last. Complete: the GPU sat idle while the batch loaded
      (input-bound). */
-static int pf__cuda_settle(pf_loader *l, int kind) {
+static int pf__cuda_settle(pf_loader *l, const pf__wait_on *on) {
     pf__cuda *cu = &l->cu;
-    uint64_t seq = cu->wait_seq;
-    uint32_t m = (uint32_t)(seq % l->nslots);
+    uint32_t m = (uint32_t)(on->seq % l->nslots);
     double us = -1;
-    if (kind == PF__WAIT_COPY && seq && cu->mark_seq[m] == seq) {
+    if (on->kind == PF__WAIT_COPY && cu->mark_seq[m] == on->seq) {
         if (pf__cuda_ask(l, cu->reached[m], cu->fed[m], &us)) return PF__WAIT_GPU;
         return us >= 0 && us < PF__STREAM_WAITED_US ? PF__WAIT_GPU : PF__WAIT_COPY;
     }
-    if (kind == PF__WAIT_INPUT && cu->last_released >= 0 &&
+    if (on->kind == PF__WAIT_INPUT && cu->last_released >= 0 &&
         pf__cuda_ask(l, cu->released[cu->last_released], NULL, NULL))
         return PF__WAIT_GPU;
-    return kind;
+    return on->kind;
 }
 
 static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     pf__cuda *cu = &l->cu;
     bool timed_out = false;
-    int kind = -1;
+    pf__wait_on on = {-1, 0};
     for (;;) {
         if (pf__error_due(l)) return pf__show_error(l);
         if (cu->fifo_count) {
@@ -2368,12 +2383,12 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             return pf__fail(l, PF_ERR_INVALID_STATE,
                             "pf_next: the caller holds all %u device slots; release a batch first "
                             "(or raise cfg.device_slots)", (unsigned)l->cfg.device_slots);
-        if (kind < 0) { /* once per call, and look again: the lock was dropped */
-            kind = pf__cuda_wait_kind(l);
+        if (on.kind < 0) { /* once per call, and look again: the lock was dropped */
+            on = pf__cuda_wait_on(l);
             continue;
         }
         {
-            pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, kind, pf__cuda_settle);
+            pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, &on, pf__cuda_settle);
             if (w != PF_OK) return w;
         }
     }
@@ -2406,13 +2421,10 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     }
     pf__cuda_leave(l, &sv);
     if (e != cudaSuccess) {
-        char m[PF__MSG_SIZE], what[96];
+        char m[PF__MSG_SIZE];
         pf__dslot *ds = &l->cu.dslots[b->pf__slot];
-        (void)cudaGetLastError();
-        pf__format(what, sizeof what, "pf_next: %s", call);
-        pf__cuda_msg(m, sizeof m, what, e);
         pf__lock(&l->mu);
-        pf__cuda_fatal(l, PF__BY_CONSUMER, m);
+        pf__cuda_consumer_failed(l, "pf_next", call, e, m, sizeof m);
         pf__fail(l, PF_ERR_CUDA, "%s", m);
         ds->state = PF__SLOT_FREE; /* out of circulation: the pipeline is stopped */
         ds->ticket = 0;
@@ -2466,12 +2478,9 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
     if (e != cudaSuccess) {
         /* the GPU may still read d and nothing orders the next copy after
            it: keep d out of circulation, stop the pipeline */
-        char m[PF__MSG_SIZE], what[96];
-        (void)cudaGetLastError();
-        pf__format(what, sizeof what, "pf_release: %s", call);
-        pf__cuda_msg(m, sizeof m, what, e);
+        char m[PF__MSG_SIZE];
         cu->dslots[d].state = PF__SLOT_FREE; /* written off: the pipeline stops */
-        pf__cuda_fatal(l, PF__BY_CONSUMER, m);
+        pf__cuda_consumer_failed(l, "pf_release", call, e, m, sizeof m);
         r = pf__fail(l, PF_ERR_CUDA, "%s", m);
     } else {
         cu->dslots[d].state = PF__SLOT_FREE;
@@ -2691,11 +2700,11 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     return r;
 }
 
-/* Read a token into rs (and, when skip is given, its done list), checking
-   it against the config. PF_OK, or PF_ERR_INVALID_ARG naming the mismatch. */
-static pf_result pf__parse_resume(const pf_config *c, const char *tok, uint64_t *skip, uint32_t cap, uint64_t *out_epoch,
-                                  uint64_t *out_batch, uint64_t *out_pos, uint64_t *out_n, bool *has_n,
-                                  uint32_t *nskip, char *why, size_t wn) {
+/* Read a token into rs (its done list too when rs->skip is given, at most
+   cap entries), checking it against the config. PF_OK, or
+   PF_ERR_INVALID_ARG naming the mismatch. */
+static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resume *rs, uint32_t cap, char *why,
+                                  size_t wn) {
     static const char *const keys[] = {"epoch", "batch", "pos", "n", "seed", "batch_size", "shuffle", "block",
                                        "window", "drop_last", "world", "rank", "unordered", "done"};
     enum { K_EPOCH, K_BATCH, K_POS, K_N, K_SEED, K_BS, K_SHUFFLE, K_BLOCK, K_WINDOW, K_DROP, K_WORLD, K_RANK, K_UNORD,
@@ -2706,8 +2715,8 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, uint64_t 
     uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
     int i;
 #define PF__RBAD(...) return (pf__format(why, wn, __VA_ARGS__), PF_ERR_INVALID_ARG)
-    *has_n = false;
-    *nskip = 0;
+    rs->has_n = false;
+    rs->nskip = 0;
     if (strncmp(p, PF__TOKEN_MAGIC " ", 4) != 0)
         PF__RBAD("cfg.resume is not a prefetch.h checkpoint token (it should start \"" PF__TOKEN_MAGIC " \")");
     p += 4;
@@ -2734,7 +2743,7 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, uint64_t 
             if (eq[1] < '0' || eq[1] > '9') PF__RBAD("cfg.resume: malformed token: %s is not a number", keys[i]);
             v[i] = strtoull(eq + 1, &e2, 10);
             if (e2 != end) PF__RBAD("cfg.resume: malformed token: %s is not a number", keys[i]);
-            if (i == K_N) *has_n = true;
+            if (i == K_N) rs->has_n = true;
         }
         p = end;
     }
@@ -2755,10 +2764,10 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, uint64_t 
     if (v[K_DROP] != (uint64_t)c->drop_last)
         PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[K_DROP] ? "true" : "false",
                  c->drop_last ? "true" : "false");
-    if (*has_n && !c->num_samples_fn && v[K_N] != c->num_samples)
+    if (rs->has_n && !c->num_samples_fn && v[K_N] != c->num_samples)
         PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu", (unsigned long long)v[K_N],
                  (unsigned long long)c->num_samples);
-    if (*has_n && v[K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
+    if (rs->has_n && v[K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
     if (v[K_UNORD] != (uint64_t)c->unordered)
         PF__RBAD("resume token is from %s mode, cfg.unordered is %s", v[K_UNORD] ? "unordered" : "in-order",
                  c->unordered ? "true" : "false");
@@ -2777,18 +2786,18 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, uint64_t 
             char *e2;
             uint64_t b = strtoull(d, &e2, 10);
             if (e2 == d || b <= v[K_BATCH]) PF__RBAD("cfg.resume: malformed token: bad done list");
-            if (*nskip >= cap) PF__RBAD("cfg.resume: the token lists more delivered batches than host_slots (%u) allow",
+            if (rs->nskip >= cap) PF__RBAD("cfg.resume: the token lists more delivered batches than host_slots (%u) allow",
                                         (unsigned)cap);
-            if (skip) skip[*nskip] = b;
-            (*nskip)++;
+            if (rs->skip) rs->skip[rs->nskip] = b;
+            rs->nskip++;
             if (*e2 != ',') break;
             d = e2 + 1;
         }
     }
-    *out_epoch = v[K_EPOCH];
-    *out_batch = v[K_BATCH];
-    *out_pos = v[K_POS];
-    *out_n = v[K_N];
+    rs->epoch = v[K_EPOCH];
+    rs->batch = v[K_BATCH];
+    rs->pos = v[K_POS];
+    rs->n = v[K_N];
     return PF_OK;
 #undef PF__RBAD
 }
@@ -2831,9 +2840,7 @@ static void pf__teardown(pf_loader *l) {
 static void pf__resume_at(pf_loader *l, const char *tok) {
     char why[PF__MSG_SIZE];
     uint32_t i;
-    if (pf__parse_resume(&l->cfg, tok, l->rs.skip, l->nslots, &l->rs.epoch, &l->rs.batch, &l->rs.pos, &l->rs.n,
-                         &l->rs.has_n, &l->rs.nskip, why, sizeof why) != PF_OK)
-        return;
+    if (pf__parse_resume(&l->cfg, tok, &l->rs, l->nslots, why, sizeof why) != PF_OK) return;
     l->rs.active = true;
     l->claim_epoch = l->take_epoch = l->cons_epoch = l->rs.epoch;
     l->take_done = l->rs.batch + l->rs.nskip;
@@ -2995,11 +3002,10 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     c = pf_config_defaults(cfg);
     r = pf__check_config(cfg, &c, why, n);
     if (r != PF_OK) return r;
-    if (c.resume) {
-        uint64_t e, b, pos, nn;
-        bool has_n;
-        uint32_t nskip;
-        r = pf__parse_resume(&c, c.resume, NULL, c.host_slots, &e, &b, &pos, &nn, &has_n, &nskip, why, n);
+    if (c.resume) { /* checked before anything is allocated; read again into the loader */
+        pf__resume rs;
+        memset(&rs, 0, sizeof rs);
+        r = pf__parse_resume(&c, c.resume, &rs, c.host_slots, why, n);
         if (r != PF_OK) return r;
     }
 #ifdef PREFETCH_CUDA
