@@ -373,14 +373,31 @@ static int in_freed(const void *p) {
     return 0;
 }
 
-/* An operation in a faulted context: DOC (cudaLaunchHostFunc): "the
-   function will not be called in the event of an error in the CUDA
-   context"; and no later work runs: copies and kernels do not happen,
-   events recorded after the fault never complete. (lock held) */
-static void discard(op *o) {
+/* What an operation holds, let go of: its blocks' pending counts and its
+   event reference. Either it was discarded in a faulted context, or
+   timing-only mode has timed it (run_now). (lock held) */
+static void let_go(op *o) {
     if (o->asrc) o->asrc->pending--;
     if (o->adst) o->adst->pending--;
     if (o->kind == OP_RECORD || o->kind == OP_WAIT) event_unref(o->ev);
+}
+
+/* A record completes: its clock (what it saw) and its modelled time. */
+static void record_done(op *o, const vclock *vc, double vt) {
+    o->ev->hist[o->gen % HIST].gen = o->gen;
+    o->ev->hist[o->gen % HIST].vc = *vc;
+    o->ev->hist[o->gen % HIST].vt = vt;
+    if (o->gen > o->ev->gen_done) o->ev->gen_done = o->gen;
+}
+
+/* The timing model sleeps until modelled ends tens of microseconds apart:
+   the default 50 us timer slack would stretch every one. Once per thread. */
+static void tight_timer_slack(void) {
+    static _Thread_local int set;
+#ifdef __linux__
+    if (!set) (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
+    set = 1;
 }
 
 /* Timing model: when op o starts and ends on the virtual timeline (lock
@@ -414,11 +431,7 @@ static void *stream_main(void *arg) {
     struct CUstream_st *s = (struct CUstream_st *)arg;
     int quit = 0;
     tls_dev = tls_ctx = s->device;
-#ifdef __linux__
-    /* the timing model sleeps until modelled ends tens of microseconds
-       apart: the default 50 us timer slack would stretch every one */
-    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-#endif
+    tight_timer_slack();
     pthread_mutex_lock(&g.mu);
     while (!quit) {
         op *o;
@@ -426,7 +439,11 @@ static void *stream_main(void *arg) {
         while (!s->head) pthread_cond_wait(&s->cv, &g.mu);
         o = s->head;
         if (g.fault[s->device] != cudaSuccess && o->kind != OP_QUIT) {
-            discard(o);
+            /* DOC (cudaLaunchHostFunc): "the function will not be called
+               in the event of an error in the CUDA context"; and no later
+               work runs: copies and kernels do not happen, events recorded
+               after the fault never complete */
+            let_go(o);
             s->head = o->next;
             if (!s->head) s->tail = NULL;
             s->done++;
@@ -461,10 +478,7 @@ static void *stream_main(void *arg) {
             if (o->adst) o->adst->pending--;
             break;
         case OP_RECORD:
-            o->ev->hist[o->gen % HIST].gen = o->gen;
-            o->ev->hist[o->gen % HIST].vc = s->vc;
-            o->ev->hist[o->gen % HIST].vt = s->vt_done;
-            if (o->gen > o->ev->gen_done) o->ev->gen_done = o->gen;
+            record_done(o, &s->vc, s->vt_done);
             wake |= o->ev->waiters > 0;
             event_unref(o->ev);
             break;
@@ -555,7 +569,7 @@ static op *new_op(int kind) {
    (cudaEventRecord): "Captures in event the contents of stream at the time
    of this call". That record was enqueued before the wait, so it is
    already timed. So the end is fixed at once, and the host sees the
-   operation done when the clock reaches it (eager_done, eager_wait_until).
+   operation done when the clock reaches it (eager_pending, eager_wait_until).
    Copies take the one engine in the order they were enqueued. (lock held) */
 static void run_now(struct CUstream_st *s, op *o) {
     if (o->kind == OP_QUIT) { /* the stream's work is timed: nothing is left to run */
@@ -566,37 +580,26 @@ static void run_now(struct CUstream_st *s, op *o) {
         return;
     }
     s->vt_done = op_end(s, o);
-    switch (o->kind) {
-    case OP_RECORD:
-        o->ev->hist[o->gen % HIST].gen = o->gen;
-        o->ev->hist[o->gen % HIST].vt = s->vt_done;
-        if (o->gen > o->ev->gen_done) o->ev->gen_done = o->gen;
-        event_unref(o->ev);
-        break;
-    case OP_WAIT:
-        event_unref(o->ev);
-        break;
-    default: /* a copy or a kernel: no bytes move, nothing is checked */
-        if (o->asrc) o->asrc->pending--;
-        if (o->adst) o->adst->pending--;
-        break;
-    }
+    if (o->kind == OP_RECORD) record_done(o, &s->vc, s->vt_done);
+    let_go(o); /* a copy or a kernel: no bytes move, nothing is checked */
     s->done++;
     free(o);
 }
 
-/* Timing-only: true once the modelled time t has passed. */
-static int eager_done(double t) { return now_s() >= t; }
+/* The modelled end of ev's latest record. */
+static double latest_vt(const struct CUevent_st *ev) { return ev->hist[ev->gen_enq % HIST].vt; }
+
+/* Timing-only: ev's latest record is timed, but the clock has not reached
+   it yet, so the host must not see it complete. */
+static int eager_pending(const struct CUevent_st *ev) {
+    return g.timing_only && ev->gen_enq && now_s() < latest_vt(ev);
+}
 
 /* Timing-only: a host sync sleeps, unlocked, until modelled time t (lock
-   held on entry and exit). The timer slack goes to 1 ns on this thread, as
-   it does on the stream threads: a completion wakes its waiter promptly. */
+   held on entry and exit), with the stream threads' tight timer slack: a
+   completion wakes its waiter promptly. */
 static void eager_wait_until(double t) {
-    static _Thread_local int slack_set;
-#ifdef __linux__
-    if (!slack_set) (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-#endif
-    slack_set = 1;
+    tight_timer_slack();
     pthread_mutex_unlock(&g.mu);
     sleep_until(t);
     pthread_mutex_lock(&g.mu);
@@ -955,12 +958,12 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
         pthread_mutex_unlock(&g.mu);
         return ret(cudaErrorInvalidResourceHandle);
     }
-    if (!a->gen_enq || !b->gen_enq || a->gen_done < a->gen_enq || b->gen_done < b->gen_enq ||
-        (g.timing_only && (!eager_done(a->hist[a->gen_enq % HIST].vt) || !eager_done(b->hist[b->gen_enq % HIST].vt)))) {
+    if (!a->gen_enq || !b->gen_enq || a->gen_done < a->gen_enq || b->gen_done < b->gen_enq || eager_pending(a) ||
+        eager_pending(b)) {
         pthread_mutex_unlock(&g.mu);
         return ret(cudaErrorNotReady);
     }
-    *ms = (float)((b->hist[b->gen_enq % HIST].vt - a->hist[a->gen_enq % HIST].vt) * 1e3);
+    *ms = (float)((latest_vt(b) - latest_vt(a)) * 1e3);
     pthread_mutex_unlock(&g.mu);
     return cudaSuccess;
 }
@@ -1005,7 +1008,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
     if (!ev || ev->destroyed) END(cudaErrorInvalidResourceHandle);
     if (g.fault[ev->device] != cudaSuccess) END(g.fault[ev->device]);
     if (ev->gen_done < ev->gen_enq) END(cudaErrorNotReady);
-    if (g.timing_only && ev->gen_enq && !eager_done(ev->hist[ev->gen_enq % HIST].vt)) END(cudaErrorNotReady);
+    if (eager_pending(ev)) END(cudaErrorNotReady);
     if (ev->gen_enq) vc_join(&g.host, &ev->hist[ev->gen_enq % HIST].vc);
     END(cudaSuccess);
 }
@@ -1211,14 +1214,15 @@ void cudaSimHostFreed(const void *p, size_t n) {
     pthread_mutex_unlock(&g.mu);
 }
 
-int cudaSimThreadCalls(const char *fn) {
-    int f = -1;
+static int fn_index(const char *fn) {
     for (int i = 0; i < F_COUNT; i++)
-        if (strcmp(fn_names[i], fn) == 0) f = i;
-    if (f < 0) {
-        fprintf(stderr, "cuda_sim: unknown function %s\n", fn);
-        abort();
-    }
+        if (strcmp(fn_names[i], fn) == 0) return i;
+    fprintf(stderr, "cuda_sim: unknown function %s\n", fn);
+    abort();
+}
+
+int cudaSimThreadCalls(const char *fn) {
+    int f = fn_index(fn);
     pthread_mutex_lock(&g.mu);
     f = tls_gen == g.gen ? tls_calls[f] : 0;
     pthread_mutex_unlock(&g.mu);
@@ -1330,13 +1334,6 @@ void cudaSimSetGlobalError(cudaError_t err) {
     pthread_mutex_lock(&g.mu);
     g.global_err = err;
     pthread_mutex_unlock(&g.mu);
-}
-
-static int fn_index(const char *fn) {
-    for (int i = 0; i < F_COUNT; i++)
-        if (strcmp(fn_names[i], fn) == 0) return i;
-    fprintf(stderr, "cuda_sim: unknown function %s\n", fn);
-    abort();
 }
 
 void cudaSimFailNth(const char *fn, int nth, cudaError_t err, int sticky) {
