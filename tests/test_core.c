@@ -488,7 +488,13 @@ static void test_create_error_is_per_thread(void) {
     t_load_free(&t);
 }
 
-static void check_load_failure(bool silent, bool unordered) {
+/* How the failing load fails: pf_job_fail with a message, a bare non-zero
+   return, or pf_job_fail with an empty message. */
+enum { FAIL_NAMED, FAIL_SILENT, FAIL_EMPTY };
+
+static void check_load_failure(int how, bool unordered) {
+    static const char *const says[] = {"synthetic failure reading shard 42", "returned non-zero",
+                                       "pf_job_fail with an empty message"};
     tload t;
     tcons c;
     trun r;
@@ -497,7 +503,8 @@ static void check_load_failure(bool silent, bool unordered) {
     t_open(&t, &c, &r);
     t.fail_epoch = 1;
     t.fail_batch = 5;
-    t.fail_silent = silent;
+    t.fail_silent = how == FAIL_SILENT;
+    t.fail_empty = how == FAIL_EMPTY;
     t.max_delay_us = 500; /* later batches finish before the failing one */
     cfg = t_config(&t, 80, 8, 3);
     cfg.num_workers = 4;
@@ -514,37 +521,22 @@ static void check_load_failure(bool silent, bool unordered) {
     }
     CHECK_CONTAINS(r.msg, "epoch 1 batch 5");
     CHECK_CONTAINS(r.msg, "(worker ");
-    CHECK_CONTAINS(r.msg, silent ? "returned non-zero" : "synthetic failure reading shard 42");
+    CHECK_CONTAINS(r.msg, says[how]);
+    if (how != FAIL_SILENT) CHECKF(!strstr(r.msg, "without pf_job_fail"), "%s", r.msg);
     CHECK_EQ(t_next(&c, &b), PF_ERR_LOAD); /* sticky */
     CHECK_CONTAINS(pf_error(c.l), "epoch 1 batch 5");
     t_close(&t, &c, &r);
 }
 
 static void test_load_failure_after_earlier_batches_sticky(void) {
-    check_load_failure(false, false);
-    check_load_failure(true, false);
-    check_load_failure(false, true);
+    check_load_failure(FAIL_NAMED, false);
+    check_load_failure(FAIL_SILENT, false);
+    check_load_failure(FAIL_NAMED, true);
 }
 
 /* pf_job_fail with an empty message is still pf_job_fail: not reported as
    a callback that returned non-zero without it. */
-static void test_empty_failure_message_is_not_misreported(void) {
-    tload t;
-    tcons c;
-    trun r;
-    pf_config cfg;
-    t_open(&t, &c, &r);
-    t.fail_epoch = 0;
-    t.fail_batch = 2;
-    t.fail_empty = 1;
-    cfg = t_config(&t, 40, 4, 1);
-    CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    CHECK_EQ(t_drain(&c, &r, 1000), PF_ERR_LOAD);
-    CHECK_CONTAINS(r.msg, "epoch 0 batch 2");
-    CHECK_CONTAINS(r.msg, "pf_job_fail with an empty message");
-    CHECKF(!strstr(r.msg, "without pf_job_fail"), "%s", r.msg);
-    t_close(&t, &c, &r);
-}
+static void test_empty_failure_message_is_not_misreported(void) { check_load_failure(FAIL_EMPTY, false); }
 
 /* An allocator that refuses huge blocks without asking malloc (ASan would
    abort on the request itself). */
