@@ -901,8 +901,6 @@ static double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
     return ms;
 }
 
-static void cb_count(void *arg) { ++*(int *)arg; }
-
 /* Timing-only mode (the benchmarks'): no stream threads; every modelled
    end is fixed at enqueue, and the host sees it once the clock reaches it.
    Modelled times are exact from below; above, they include the host's own
@@ -912,7 +910,7 @@ static void test_rig_timing_only_model(void) {
     cudaEvent_t a0, a1, b0, b1;
     unsigned char *host, *dev;
     char msg[768];
-    int threads, ran = 0;
+    int threads;
     double t0;
     cudaSimReset(h_seed, 0, 1);
     cudaSimTimingOnly(1);
@@ -962,13 +960,14 @@ static void test_rig_timing_only_model(void) {
     CHECKF(elapsed_ms(a0, b1) >= 199.99, "two copies on two streams: %.3f ms", elapsed_ms(a0, b1));
     CHECK_EQ(cudaSimViolations(NULL, 0), 0);
     /* what the mode does not model is refused, not silently skipped */
-    CHECK(cudaLaunchHostFunc(a, cb_count, &ran) != cudaSuccess);
+    hostfn_ran = 0;
+    CHECK(cudaLaunchHostFunc(a, mark_hostfn, NULL) != cudaSuccess);
     CHECK(cudaSimLaunchFault(a) != cudaSuccess);
-    CHECK(cudaSimLaunchKernelFor(a, 10, cb_count, &ran, NULL, 0) != cudaSuccess);
+    CHECK(cudaSimLaunchKernelFor(a, 10, mark_hostfn, NULL, NULL, 0) != cudaSuccess);
     CHECK(cudaSimDeviceError(0) == cudaSuccess);
     CHECK(cudaSimViolations(msg, sizeof msg) == 3);
     CHECK_CONTAINS(msg, "cudaSimTimingOnly");
-    CHECK_EQ(ran, 0);
+    CHECK_EQ(hostfn_ran, 0);
     CHECK(cudaStreamSynchronize(a) == cudaSuccess);
     CHECK(cudaEventDestroy(a0) == cudaSuccess);
     CHECK(cudaEventDestroy(a1) == cudaSuccess);
@@ -1212,16 +1211,7 @@ static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
     pf_config cfg;
     pf_batch b;
     int n = 0;
-    if (timing_only) {
-        t_cons_init(&c);
-        cudaSimReset(h_seed, 0, 2);
-        cudaSimTimingOnly(1);
-        CHECK(cudaSetDevice(0) == cudaSuccess);
-        CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking) == cudaSuccess);
-        cudaSimForbidLegacyStream(1);
-    } else {
-        t_begin(&c, h_seed);
-    }
+    t_begin_mode(&c, h_seed, timing_only);
     /* 32 MB/s: modelled copies take milliseconds while the simulator moves
        and race-checks few bytes (a sanitizer makes that per-byte work slow
        enough to be the real limit otherwise) */

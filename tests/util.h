@@ -308,19 +308,23 @@ T_FN uint32_t t_consumer_slots(const pf_config *cfg) {
 static unsigned t_sim_delay_us = 40;
 #endif
 
-/* Per test: a fresh simulated runtime and a named consumer stream. */
-T_FN void t_begin(tcons *c, unsigned long long seed) {
+/* Per test: a fresh simulated runtime and a named consumer stream;
+   timing_only: the simulator's benchmark mode (no stream threads). */
+T_FN void t_begin_mode(tcons *c, unsigned long long seed, int timing_only) {
     t_cons_init(c);
 #ifdef TEST_SIM
     cudaSimReset(seed, t_sim_delay_us, 2);
+    if (timing_only) cudaSimTimingOnly(1);
     CHECK(cudaSetDevice(0) == cudaSuccess);
     CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) == cudaSuccess);
     cudaSimNameStream(c->stream, "the consumer stream");
     cudaSimForbidLegacyStream(1);
 #else
-    (void)seed;
+    (void)seed, (void)timing_only;
 #endif
 }
+
+T_FN void t_begin(tcons *c, unsigned long long seed) { t_begin_mode(c, seed, 0); }
 
 T_FN pf_result t_create(tcons *c, pf_config *cfg) {
 #ifdef TEST_SIM
