@@ -162,7 +162,7 @@ $(B)/stress_sim_tsan: tests/test_stress.c $(THDR) $(SIMSRC) $(SIMHDR)
 # ---- bench/gpu_bench.cu built with gcc against the simulator's timing model
 $(B)/gpu_bench_model: bench/gpu_bench.cu $(HDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
-	$(CC) $(CSTD) -O2 $(WARN) -DTEST_SIM -DPREFETCH_CUDA -Itests/sim -x c $< -x none $(SIMSRC) -o $@ -lpthread
+	$(CC) $(CSTD) -O2 $(WARN) $(SIM) -x c $< -x none $(SIMSRC) -o $@ -lpthread
 
 # ---- how users include it: strict C11, C++17, PREFETCH_STATIC, two files
 $(B)/strict_gcc: tests/compile/strict_c11.c $(HDR)
@@ -222,7 +222,7 @@ $(B)/llmc_tokens: examples/llmc_tokens.cu $(HDR)
 	$(CC) -O2 $(CSTD) $(WARN) -x c $< -o $@ -lpthread
 $(B)/llmc_tokens_sim: examples/llmc_tokens.cu $(HDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
-	$(CC) -O2 $(CSTD) $(WARN) -DTEST_SIM -DPREFETCH_CUDA -Itests/sim -x c $< -x none $(SIMSRC) -o $@ -lpthread
+	$(CC) -O2 $(CSTD) $(WARN) $(SIM) -x c $< -x none $(SIMSRC) -o $@ -lpthread
 $(B)/llmc_tokens_cuda: examples/llmc_tokens.cu $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
