@@ -111,13 +111,14 @@ static void *h_watchdog(void *arg) {
 /* usage: binary [-v] [-s SEED] [name-substring ...] */
 static int h_main(int argc, char **argv, const char *suite, const h_test *tests, size_t ntests) {
     pthread_t wd;
-    int passed = 0, failed = 0, skipped = 0, i;
+    int passed = 0, failed = 0, skipped = 0, named = 0, i;
     size_t t;
     const char *env = getenv("PF_TEST_SEED");
     if (env) h_seed = strtoull(env, NULL, 10);
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-v") == 0) h_verbose = 1;
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) h_seed = strtoull(argv[++i], NULL, 10);
+        else if (argv[i][0] != '-') named = 1;
     }
     pthread_create(&wd, NULL, h_watchdog, NULL);
     printf("%s (seed %llu)\n", suite, h_seed);
@@ -158,6 +159,10 @@ static int h_main(int argc, char **argv, const char *suite, const h_test *tests,
         }
         fflush(stdout);
         pthread_mutex_unlock(&h_mu);
+    }
+    if (named && passed + failed + skipped == 0) { /* a misspelt name must not pass by running nothing */
+        failed++;
+        printf("  FAIL no test matches the names given\n");
     }
     pthread_mutex_lock(&h_mu);
     h_done = 1;
