@@ -511,6 +511,7 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #define PF__MAX_BATCH_SIZE (UINT32_C(1) << 24)
 #define PF__MAX_WORKERS 1024u
 #define PF__MAX_SLOTS 4096u
+#define PF__MAX_WINDOW (2 * PF__MAX_SLOTS) /* unordered: batches in flight, host + device slots */
 #define PF__MAX_WORLD 65536u
 #define PF__ALIGN 256u
 #define PF__DEFAULT_WORKERS 4u
@@ -795,6 +796,7 @@ typedef struct pf__resume {
     uint32_t nskip;
     uint64_t *skip;          /* unordered: batches already delivered (NULL:
                                 only counted)                           */
+    uint64_t skip_max;       /* the largest of them (nskip > 0)          */
 } pf__resume;
 
 /* The roles a thread waits in (see >>waiting). */
@@ -819,6 +821,7 @@ enum { PF__ITEM_BATCH, PF__ITEM_EPOCH_END, PF__ITEM_DATA_END, PF__ITEM_ERROR };
 typedef struct pf__item {
     int kind;
     uint32_t slot;
+    uint64_t n; /* EPOCH_END: the ended epoch's samples (its plan is gone) */
 } pf__item;
 
 typedef struct pf__dslot {
@@ -918,7 +921,9 @@ struct pf_loader {
     /* consumer */
     uint32_t held;
     uint64_t ticket;
-    uint64_t cons_epoch, cons_batch, cons_nbatches;
+    uint64_t cons_epoch, cons_nbatches;
+    uint64_t cons_batch;   /* batches of cons_epoch delivered so far (unordered:
+                              not the last one's index + 1)                  */
     char err[PF__MSG_SIZE]; /* pf_error's text: the consumer's latest failed call */
 
     pf__error error; /* the pipeline's first failure (>>errors) */
@@ -929,7 +934,11 @@ struct pf_loader {
     uint64_t ck_start, ck_first; /* the epoch's resume offsets (pf__plan)         */
     bool ck_n_known;
     bool lead_capped;            /* unordered: a claim waits for ck_low to move */
-    unsigned char *ck_done;      /* unordered: delivered past ck_low, by batch % nslots */
+    unsigned char *ck_done;      /* unordered: delivered past ck_low, by batch % ck_win */
+    uint32_t ck_win;             /* unordered: every batch claimed in an epoch the
+                                    consumer has not finished lies below its first
+                                    undelivered batch + ck_win (see pf__claim)  */
+    uint64_t take_ended_n;       /* the n of the epoch the taker ended last     */
     pf__resume rs; /* where cfg.resume says to start (the first epoch planned) */
 
     int stopping; /* read by pf_job_cancelled without the lock */
@@ -1275,9 +1284,17 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
             l->claim_planned = false;
             continue;
         }
-        /* unordered: at most nslots batches past the first undelivered one,
-           so a checkpoint lists a bounded set */
-        if (l->cfg.unordered && l->claim_epoch == l->cons_epoch && l->claim_batch >= l->ck_low + l->nslots) {
+        /* unordered: no claim at or past the first undelivered batch of its
+           epoch + ck_win, so the batches delivered past it (a checkpoint's
+           done list) fit in ck_done without aliasing. An epoch the consumer
+           has not reached counts from 0: on CUDA the stager runs ahead
+           across the epoch end, so without the cap a next epoch could have
+           more than ck_win batches in flight when the consumer gets there.
+           It cannot deadlock: every batch below the cap is claimed already,
+           so the consumer reaches and delivers its first undelivered one,
+           which moves the cap (pf__note_delivery wakes the claim). */
+        if (l->cfg.unordered &&
+            l->claim_batch >= (l->claim_epoch == l->cons_epoch ? l->ck_low : 0) + l->ck_win) {
             l->lead_capped = true; /* woken when the consumer moves ck_low */
             return PF__CLAIM_NO_JOB;
         }
@@ -1328,6 +1345,7 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         return PF__WAIT;
     }
     if (l->take_done == p->nbatches) {
+        l->take_ended_n = p->n;
         l->take_epoch++;
         l->take_done = 0;
         l->plan_head = (l->plan_head + 1) % l->plan_cap;
@@ -1450,20 +1468,21 @@ static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint
     l->st_bytes += bytes;
     l->st_ready_sum += l->nready;
     l->cons_epoch = epoch;
-    l->cons_batch = batch + 1;
+    l->cons_batch++;
     l->cons_nbatches = nbatches;
     /* the checkpoint position: the first batch not yet delivered */
     l->ck_n = n;
     l->ck_n_known = true;
+    PF_ASSERT(batch >= l->ck_low && batch < l->ck_low + l->ck_win);
     if (batch == l->ck_low) {
-        do l->ck_done[l->ck_low++ % l->nslots] = 0;
-        while (l->ck_done[l->ck_low % l->nslots]);
+        do l->ck_done[l->ck_low++ % l->ck_win] = 0;
+        while (l->ck_done[l->ck_low % l->ck_win]);
         if (l->lead_capped) { /* a worker stopped at the lead cap: it moved */
             l->lead_capped = false;
             pf__wake_all_workers(l);
         }
     } else {
-        l->ck_done[batch % l->nslots] = 1;
+        l->ck_done[batch % l->ck_win] = 1;
     }
 }
 
@@ -1473,7 +1492,7 @@ static void pf__note_epoch_end(pf_loader *l) {
     l->cons_nbatches = 0;
     l->ck_low = l->ck_start = l->ck_first = 0;
     l->ck_n_known = false;
-    memset(l->ck_done, 0, l->nslots);
+    memset(l->ck_done, 0, l->ck_win);
 }
 
 /* >>autotune -------------------------------------------------------------- */
@@ -1828,6 +1847,8 @@ static pf_result pf__batch_wait_host(pf_loader *l, const pf_batch *b) {
 }
 
 static void pf__stats_host(pf_loader *l, pf_stats *out) { (void)l, (void)out; }
+/* The host backend keeps a plan until the consumer passes its end. */
+static bool pf__staged_epoch_n_host(const pf_loader *l, uint64_t *n) { return (void)l, (void)n, false; }
 
 /* Host slots: one block from cfg.allocator, each slot PF__ALIGN-aligned. */
 static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
@@ -2074,6 +2095,7 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
     pf__item *it = &cu->fifo[(cu->fifo_head + cu->fifo_count++) % cu->fifo_cap];
     it->kind = kind;
     it->slot = slot;
+    it->n = kind == PF__ITEM_EPOCH_END ? l->take_ended_n : 0;
     pf__wake(l, PF__ROLE_CONSUMER);
 }
 
@@ -2519,6 +2541,22 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     return r;
 }
 
+/* The consumer's epoch, once the stager retired its plan: every batch of
+   it is staged, so the first item of it in the FIFO says its size (an
+   epoch of no batches: its end marker). Lock held. */
+static bool pf__staged_epoch_n_cuda(const pf_loader *l, uint64_t *n) {
+    const pf__cuda *cu = &l->cu;
+    uint32_t i;
+    for (i = 0; i < cu->fifo_count; i++) {
+        const pf__item *it = &cu->fifo[(cu->fifo_head + i) % cu->fifo_cap];
+        if (it->kind == PF__ITEM_EPOCH_END) return *n = it->n, true;
+        if (it->kind == PF__ITEM_BATCH && cu->dslots[it->slot].epoch == l->cons_epoch)
+            return *n = cu->dslots[it->slot].n, true;
+        if (it->kind != PF__ITEM_BATCH) break;
+    }
+    return false;
+}
+
 static void pf__stats_cuda(pf_loader *l, pf_stats *out) { /* lock held */
     uint32_t i;
     out->device_slots = l->cfg.device_slots;
@@ -2653,7 +2691,9 @@ static bool pf__checkpoint_n(const pf_loader *l, uint64_t *n) {
     if (!l->cfg.num_samples_fn) return *n = l->cfg.num_samples, true;
     p = pf__plan_find((pf_loader *)l, l->cons_epoch); /* planned, not yet delivered from */
     if (p) return *n = p->n, true;
-    return false; /* resuming asks num_samples_fn, as the run would have */
+    /* CUDA: the stager may have taken the whole epoch and retired its plan */
+    return PF__BACKEND(l, pf__staged_epoch_n)(l, n);
+    /* false: not planned yet; resuming asks num_samples_fn, as the run would have */
 }
 
 /* Append to buf (as much as fits) and count the full length in *len, so
@@ -2687,8 +2727,8 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
                (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_block : 1),
                (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_window : 0), (int)l->cfg.drop_last,
                (unsigned)l->cfg.world_size, (unsigned)l->cfg.rank, (int)l->cfg.unordered);
-    for (k = 1; l->cfg.unordered && k < l->nslots; k++) /* delivered past the first missing batch */
-        if (l->ck_done[(l->ck_low + k) % l->nslots]) {
+    for (k = 1; l->cfg.unordered && k < l->ck_win; k++) /* delivered past the first missing batch */
+        if (l->ck_done[(l->ck_low + k) % l->ck_win]) {
             uint64_t b = l->ck_low + k;
             pf__append(buf, size, &len, "%s%llu", listed++ ? "," : "", (unsigned long long)b);
         }
@@ -2700,23 +2740,40 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     return r;
 }
 
-/* Read a token into rs (its done list too when rs->skip is given, at most
-   cap entries), checking it against the config. PF_OK, or
-   PF_ERR_INVALID_ARG naming the mismatch. */
-static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resume *rs, uint32_t cap, char *why,
-                                  size_t wn) {
+/* A decimal number of at most 64 bits, digits only. false: none, or too
+   big (strtoull would clamp it silently). */
+static bool pf__parse_u64(const char *p, const char **end, uint64_t *v) {
+    uint64_t x = 0;
+    const char *q = p;
+    for (; *q >= '0' && *q <= '9'; q++) {
+        uint64_t d = (uint64_t)(*q - '0');
+        if (x > (UINT64_MAX - d) / 10) return false;
+        x = x * 10 + d;
+    }
+    *end = q;
+    *v = x;
+    return q != p;
+}
+
+enum { PF__K_EPOCH, PF__K_BATCH, PF__K_POS, PF__K_N, PF__K_SEED, PF__K_BS, PF__K_SHUFFLE, PF__K_BLOCK,
+       PF__K_WINDOW, PF__K_DROP, PF__K_WORLD, PF__K_RANK, PF__K_UNORD, PF__K_DONE, PF__K_COUNT };
+
+/* The token's fields, read but not yet checked against anything. */
+typedef struct pf__token {
+    uint64_t v[PF__K_COUNT];
+    bool has_n;       /* n is a number, not "-"               */
+    const char *done; /* the done list's text: "-" or "3,5,9" */
+} pf__token;
+
+/* Split a token into its fields: each once, numbers strictly decimal. */
+static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t wn) {
     static const char *const keys[] = {"epoch", "batch", "pos", "n", "seed", "batch_size", "shuffle", "block",
                                        "window", "drop_last", "world", "rank", "unordered", "done"};
-    enum { K_EPOCH, K_BATCH, K_POS, K_N, K_SEED, K_BS, K_SHUFFLE, K_BLOCK, K_WINDOW, K_DROP, K_WORLD, K_RANK, K_UNORD,
-           K_DONE, K_COUNT };
-    uint64_t v[K_COUNT];
-    const char *done = NULL, *p = tok;
-    bool seen[K_COUNT] = {false};
-    uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
+    bool seen[PF__K_COUNT] = {false};
+    const char *p = tok;
     int i;
 #define PF__RBAD(...) return (pf__format(why, wn, __VA_ARGS__), PF_ERR_INVALID_ARG)
-    rs->has_n = false;
-    rs->nskip = 0;
+    memset(t, 0, sizeof *t);
     if (strncmp(p, PF__TOKEN_MAGIC " ", 4) != 0)
         PF__RBAD("cfg.resume is not a prefetch.h checkpoint token (it should start \"" PF__TOKEN_MAGIC " \")");
     p += 4;
@@ -2728,76 +2785,143 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
         eq = strchr(p, '=');
         if (!eq) PF__RBAD("cfg.resume: malformed token near \"%.20s\"", p);
         klen = (size_t)(eq - p);
-        for (i = 0; i < K_COUNT; i++)
+        for (i = 0; i < PF__K_COUNT; i++)
             if (strlen(keys[i]) == klen && !strncmp(p, keys[i], klen)) break;
-        if (i == K_COUNT) PF__RBAD("cfg.resume: malformed token: unknown field \"%.*s\"", (int)klen, p);
+        if (i == PF__K_COUNT) PF__RBAD("cfg.resume: malformed token: unknown field \"%.*s\"", (int)klen, p);
+        if (seen[i]) PF__RBAD("cfg.resume: malformed token: %s appears twice", keys[i]);
+        seen[i] = true;
         end = eq + 1;
         while (*end && *end != ' ') end++;
-        seen[i] = true;
-        if (i == K_DONE) {
-            done = eq + 1;
-        } else if (i == K_N && eq[1] == '-') {
-            v[i] = 0;
+        if (i == PF__K_DONE) {
+            t->done = eq + 1;
+        } else if (i == PF__K_N && eq[1] == '-' && end == eq + 2) {
+            t->v[i] = 0;
         } else {
-            char *e2;
-            if (eq[1] < '0' || eq[1] > '9') PF__RBAD("cfg.resume: malformed token: %s is not a number", keys[i]);
-            v[i] = strtoull(eq + 1, &e2, 10);
-            if (e2 != end) PF__RBAD("cfg.resume: malformed token: %s is not a number", keys[i]);
-            if (i == K_N) rs->has_n = true;
+            const char *e2;
+            if (!pf__parse_u64(eq + 1, &e2, &t->v[i]) || e2 != end)
+                PF__RBAD("cfg.resume: malformed token: %s=%.*s is not a number of at most 64 bits", keys[i],
+                         (int)(end - eq - 1 < 24 ? end - eq - 1 : 24), eq + 1);
+            if (i == PF__K_N) t->has_n = true;
         }
         p = end;
     }
-    for (i = 0; i < K_COUNT; i++)
+    for (i = 0; i < PF__K_COUNT; i++)
         if (!seen[i]) PF__RBAD("cfg.resume: malformed token: no %s", keys[i]);
-    if (v[K_SEED] != c->seed)
-        PF__RBAD("resume token is for seed %llu, cfg.seed is %llu", (unsigned long long)v[K_SEED],
+    return PF_OK;
+}
+
+/* Read a token into rs (its done list too when rs->skip is given, at most
+   cap entries), checking it against the config and against the epoch it
+   names: every field is either what this config would write or a position
+   this config can reach. PF_OK, or PF_ERR_INVALID_ARG naming the field. */
+static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resume *rs, uint32_t cap, char *why,
+                                  size_t wn) {
+    pf__token t;
+    const uint64_t *v = t.v;
+    uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
+    uint64_t n = 0, nbatches = 0, last = 0;
+    bool n_known;
+    pf_result r = pf__read_token(tok, &t, why, wn);
+    if (r != PF_OK) return r;
+    rs->has_n = t.has_n;
+    rs->nskip = 0;
+    rs->skip_max = 0;
+    if (v[PF__K_SHUFFLE] > 1 || v[PF__K_DROP] > 1 || v[PF__K_UNORD] > 1)
+        PF__RBAD("cfg.resume: malformed token: shuffle, drop_last and unordered are 0 or 1");
+    if (v[PF__K_SEED] != c->seed)
+        PF__RBAD("resume token is for seed %llu, cfg.seed is %llu", (unsigned long long)v[PF__K_SEED],
                  (unsigned long long)c->seed);
-    if (v[K_BS] != c->batch_size)
-        PF__RBAD("resume token is for batch_size %llu, cfg.batch_size is %u", (unsigned long long)v[K_BS],
+    if (v[PF__K_BS] != c->batch_size)
+        PF__RBAD("resume token is for batch_size %llu, cfg.batch_size is %u", (unsigned long long)v[PF__K_BS],
                  (unsigned)c->batch_size);
-    if (v[K_SHUFFLE] != (uint64_t)c->shuffle)
-        PF__RBAD("resume token is for shuffle %s, cfg.shuffle is %s", v[K_SHUFFLE] ? "true" : "false",
+    if (v[PF__K_SHUFFLE] != (uint64_t)c->shuffle)
+        PF__RBAD("resume token is for shuffle %s, cfg.shuffle is %s", v[PF__K_SHUFFLE] ? "true" : "false",
                  c->shuffle ? "true" : "false");
-    if (v[K_BLOCK] != block || v[K_WINDOW] != window)
+    if (v[PF__K_BLOCK] != block || v[PF__K_WINDOW] != window)
         PF__RBAD("resume token is for shuffle_block %llu and shuffle_window %llu, the config has %u and %u",
-                 (unsigned long long)v[K_BLOCK], (unsigned long long)v[K_WINDOW], (unsigned)block, (unsigned)window);
-    if (v[K_DROP] != (uint64_t)c->drop_last)
-        PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[K_DROP] ? "true" : "false",
+                 (unsigned long long)v[PF__K_BLOCK], (unsigned long long)v[PF__K_WINDOW], (unsigned)block,
+                 (unsigned)window);
+    if (v[PF__K_DROP] != (uint64_t)c->drop_last)
+        PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[PF__K_DROP] ? "true" : "false",
                  c->drop_last ? "true" : "false");
-    if (rs->has_n && !c->num_samples_fn && v[K_N] != c->num_samples)
-        PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu", (unsigned long long)v[K_N],
+    if (t.has_n && !c->num_samples_fn && v[PF__K_N] != c->num_samples)
+        PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu", (unsigned long long)v[PF__K_N],
                  (unsigned long long)c->num_samples);
-    if (rs->has_n && v[K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
-    if (v[K_UNORD] != (uint64_t)c->unordered)
-        PF__RBAD("resume token is from %s mode, cfg.unordered is %s", v[K_UNORD] ? "unordered" : "in-order",
+    if (t.has_n && v[PF__K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
+    if (v[PF__K_UNORD] != (uint64_t)c->unordered)
+        PF__RBAD("resume token is from %s mode, cfg.unordered is %s", v[PF__K_UNORD] ? "unordered" : "in-order",
                  c->unordered ? "true" : "false");
-    if (c->unordered && (v[K_WORLD] != c->world_size || v[K_RANK] != c->rank))
+    if (v[PF__K_WORLD] == 0 || v[PF__K_WORLD] > PF__MAX_WORLD)
+        PF__RBAD("cfg.resume: malformed token: world=%llu must be 1 .. %u", (unsigned long long)v[PF__K_WORLD],
+                 PF__MAX_WORLD);
+    if (v[PF__K_RANK] >= v[PF__K_WORLD])
+        PF__RBAD("cfg.resume: malformed token: rank=%llu must be below world=%llu", (unsigned long long)v[PF__K_RANK],
+                 (unsigned long long)v[PF__K_WORLD]);
+    if (c->unordered && (v[PF__K_WORLD] != c->world_size || v[PF__K_RANK] != c->rank))
         PF__RBAD("resume token is from rank %llu of %llu in unordered mode, which resumes only on the same rank and "
                  "world size (cfg: rank %u of %u): use each rank's own token",
-                 (unsigned long long)v[K_RANK], (unsigned long long)v[K_WORLD], (unsigned)c->rank,
+                 (unsigned long long)v[PF__K_RANK], (unsigned long long)v[PF__K_WORLD], (unsigned)c->rank,
                  (unsigned)c->world_size);
-    if (v[K_WORLD] == 0 || v[K_WORLD] > PF__MAX_WORLD) PF__RBAD("cfg.resume: malformed token: world is 0");
-    if (c->epochs && v[K_EPOCH] > c->epochs)
-        PF__RBAD("resume token is at epoch %llu, past cfg.epochs = %u", (unsigned long long)v[K_EPOCH],
+    if (c->epochs && v[PF__K_EPOCH] > c->epochs)
+        PF__RBAD("resume token is at epoch %llu, past cfg.epochs = %u", (unsigned long long)v[PF__K_EPOCH],
                  (unsigned)c->epochs);
-    if (done && done[0] != '-') { /* unordered: the batches delivered past `batch` */
-        const char *d = done;
+    /* the position inside its epoch: reachable, and overflow-free in the
+       plan's arithmetic (batch * batch_size, pos + samples) */
+    n_known = t.has_n || !c->num_samples_fn;
+    if (n_known) {
+        pf__plan pl;
+        n = t.has_n ? v[PF__K_N] : c->num_samples;
+        if (v[PF__K_BATCH] > n / c->batch_size + 1)
+            PF__RBAD("cfg.resume: malformed token: batch=%llu is past the end of an epoch of %llu samples in batches "
+                     "of %u", (unsigned long long)v[PF__K_BATCH], (unsigned long long)n, (unsigned)c->batch_size);
+        /* the furthest a run writes: n plus a rank's padding and a batch's rounding */
+        if (v[PF__K_POS] > n && v[PF__K_POS] - n >= v[PF__K_WORLD] * c->batch_size)
+            PF__RBAD("cfg.resume: malformed token: pos=%llu is past the end of an epoch of %llu samples",
+                     (unsigned long long)v[PF__K_POS], (unsigned long long)n);
+        pf__plan_init(&pl, c, v[PF__K_EPOCH], n, v[PF__K_POS], v[PF__K_BATCH]);
+        nbatches = pl.nbatches;
+    } else if (v[PF__K_BATCH] || v[PF__K_POS] || strcmp(t.done, "-") != 0) {
+        /* n=- is written only before anything of the epoch was planned */
+        PF__RBAD("cfg.resume: malformed token: n=- (the epoch's size unknown) with batch=%llu pos=%llu done=%.20s: "
+                 "such a token is written only at an epoch's start", (unsigned long long)v[PF__K_BATCH],
+                 (unsigned long long)v[PF__K_POS], t.done);
+    }
+    if (t.done[0] == '-' && (t.done[1] == '\0' || t.done[1] == ' ')) {
+        /* nothing delivered past `batch` */
+    } else if (!c->unordered) {
+        PF__RBAD("cfg.resume: malformed token: done=%.20s in an in-order token (only unordered runs list batches)",
+                 t.done);
+    } else { /* the batches delivered past `batch`: increasing, inside the
+                window a run can have in flight and inside the epoch */
+        const char *d = t.done;
+        last = v[PF__K_BATCH];
         for (;;) {
-            char *e2;
-            uint64_t b = strtoull(d, &e2, 10);
-            if (e2 == d || b <= v[K_BATCH]) PF__RBAD("cfg.resume: malformed token: bad done list");
-            if (rs->nskip >= cap) PF__RBAD("cfg.resume: the token lists more delivered batches than host_slots (%u) allow",
-                                        (unsigned)cap);
-            if (rs->skip) rs->skip[rs->nskip] = b;
+            const char *e2;
+            uint64_t b;
+            if (!pf__parse_u64(d, &e2, &b) || (*e2 && *e2 != ',' && *e2 != ' '))
+                PF__RBAD("cfg.resume: malformed token: done=%.20s is not a list of batch numbers", t.done);
+            if (b <= last)
+                PF__RBAD("cfg.resume: malformed token: done lists %llu after %llu (it lists batches past batch=%llu, "
+                         "each once, increasing)", (unsigned long long)b, (unsigned long long)last,
+                         (unsigned long long)v[PF__K_BATCH]);
+            if (b - v[PF__K_BATCH] >= PF__MAX_WINDOW)
+                PF__RBAD("cfg.resume: malformed token: done lists %llu, %llu batches past batch=%llu: no run has more "
+                         "than %u in flight", (unsigned long long)b, (unsigned long long)(b - v[PF__K_BATCH]),
+                         (unsigned long long)v[PF__K_BATCH], PF__MAX_WINDOW);
+            if (b >= nbatches)
+                PF__RBAD("cfg.resume: malformed token: done lists batch %llu, but epoch %llu has %llu batches",
+                         (unsigned long long)b, (unsigned long long)v[PF__K_EPOCH], (unsigned long long)nbatches);
+            if (rs->skip && rs->nskip < cap) rs->skip[rs->nskip] = b;
             rs->nskip++;
+            rs->skip_max = last = b;
             if (*e2 != ',') break;
             d = e2 + 1;
         }
     }
-    rs->epoch = v[K_EPOCH];
-    rs->batch = v[K_BATCH];
-    rs->pos = v[K_POS];
-    rs->n = v[K_N];
+    rs->epoch = v[PF__K_EPOCH];
+    rs->batch = v[PF__K_BATCH];
+    rs->pos = v[PF__K_POS];
+    rs->n = v[PF__K_N];
     return PF_OK;
 #undef PF__RBAD
 }
@@ -2840,16 +2964,19 @@ static void pf__teardown(pf_loader *l) {
 static void pf__resume_at(pf_loader *l, const char *tok) {
     char why[PF__MSG_SIZE];
     uint32_t i;
-    if (pf__parse_resume(&l->cfg, tok, &l->rs, l->nslots, why, sizeof why) != PF_OK) return;
+    uint32_t cap = l->rs.nskip; /* pf__build reserved this many */
+    if (pf__parse_resume(&l->cfg, tok, &l->rs, cap, why, sizeof why) != PF_OK) return;
+    PF_ASSERT(l->rs.nskip == cap);
     l->rs.active = true;
     l->claim_epoch = l->take_epoch = l->cons_epoch = l->rs.epoch;
     l->take_done = l->rs.batch + l->rs.nskip;
-    l->cons_batch = l->ck_low = l->rs.batch;
+    l->ck_low = l->rs.batch;
+    l->cons_batch = l->rs.batch + l->rs.nskip;
     l->ck_start = l->rs.pos;
     l->ck_first = l->rs.batch * l->cfg.batch_size;
     l->ck_n = l->rs.n;
     l->ck_n_known = l->rs.has_n;
-    for (i = 0; i < l->rs.nskip; i++) l->ck_done[l->rs.skip[i] % l->nslots] = 1;
+    for (i = 0; i < l->rs.nskip; i++) l->ck_done[l->rs.skip[i] % l->ck_win] = 1;
 }
 
 static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
@@ -2857,6 +2984,11 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip;
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
     uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
+    /* unordered: the lead cap and done set span what this backend can have
+       in flight (a host slot or a device slot each), or the token's done
+       list if it reaches further (it was written with more slots) */
+    uint32_t ck_win = nslots + dslots;
+    pf__resume rs0;
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
     unsigned char *base;
     pf_loader *l;
@@ -2865,6 +2997,9 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
            o_markseq = 0;
     uint32_t fifo_cap = dslots + plan_cap + 2;
 #endif
+    memset(&rs0, 0, sizeof rs0);
+    if (c->resume && pf__parse_resume(c, c->resume, &rs0, 0, why, n) != PF_OK) return PF_ERR_INVALID_ARG;
+    if (rs0.nskip && rs0.skip_max - rs0.batch >= ck_win) ck_win = (uint32_t)(rs0.skip_max - rs0.batch + 1);
     pf__reserve(&lay, 1, sizeof(pf_loader));
     o_slots = pf__reserve(&lay, nslots, sizeof(pf__slot));
     o_free = pf__reserve(&lay, nslots, sizeof(uint32_t));
@@ -2876,8 +3011,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_index = pf__reserve(&lay, (size_t)nslots + dslots, (size_t)c->batch_size * sizeof(uint64_t));
     o_plans = pf__reserve(&lay, plan_cap, sizeof(pf__plan));
     o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
-    o_ckdone = pf__reserve(&lay, nslots, 1);
-    o_skip = pf__reserve(&lay, nslots, sizeof(uint64_t));
+    o_ckdone = pf__reserve(&lay, ck_win, 1);
+    o_skip = pf__reserve(&lay, rs0.nskip, sizeof(uint64_t));
 #ifdef PREFETCH_CUDA
     if (dslots) {
         o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
@@ -2918,7 +3053,9 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l->plans = (pf__plan *)(base + o_plans);
     l->workers = (pf__worker *)(base + o_workers);
     l->ck_done = base + o_ckdone;
+    l->ck_win = ck_win;
     l->rs.skip = (uint64_t *)(base + o_skip);
+    l->rs.nskip = rs0.nskip;
     if (c->resume) pf__resume_at(l, c->resume);
     l->cfg.resume = NULL; /* the caller's string: read once, here */
     for (i = 0; i < nslots; i++) {
@@ -3005,7 +3142,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     if (c.resume) { /* checked before anything is allocated; read again into the loader */
         pf__resume rs;
         memset(&rs, 0, sizeof rs);
-        r = pf__parse_resume(&c, c.resume, &rs, c.host_slots, why, n);
+        r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
         if (r != PF_OK) return r;
     }
 #ifdef PREFETCH_CUDA

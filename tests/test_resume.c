@@ -355,6 +355,347 @@ static void test_token_edge_cases_and_mismatches(void) {
     }
 }
 
+/* ---- unordered mode: tokens, stalls, corrupt tokens ---- */
+
+/* The set a token stands for: batches below batch=, plus its done list.
+   1 when it equals `got` (delivered[b] for b < nb) exactly. */
+static int token_is(const char *tok, const unsigned char *got, uint64_t nb, char *why, size_t wn) {
+    unsigned long long low = 0;
+    const char *d = strstr(tok, " done="), *b = strstr(tok, " batch=");
+    unsigned char *want = (unsigned char *)calloc(nb + 1, 1);
+    int ok = 1;
+    if (!b || !d || sscanf(b, " batch=%llu", &low) != 1) {
+        snprintf(why, wn, "unreadable token \"%s\"", tok);
+        free(want);
+        return 0;
+    }
+    for (uint64_t i = 0; i < low && i < nb; i++) want[i] = 1;
+    for (d += 6; *d && *d != '-';) {
+        char *e;
+        unsigned long long x = strtoull(d, &e, 10);
+        if (x < nb) want[x] = 1;
+        else ok = 0;
+        d = *e == ',' ? e + 1 : e;
+        if (*e != ',') break;
+    }
+    for (uint64_t i = 0; ok && i < nb; i++)
+        if (want[i] != got[i]) {
+            snprintf(why, wn, "token \"%s\" %s batch %llu", tok, got[i] ? "misses delivered" : "claims undelivered",
+                     (unsigned long long)i);
+            ok = 0;
+        }
+    free(want);
+    return ok;
+}
+
+/* A plain loop, default config, consumer slower than the loads, no
+   checkpoint taken for resuming: on CUDA the stager runs ahead across the
+   epoch end and used to overrun the done set (a stall in epoch 1, tokens
+   wrong before it). Every token must name exactly what was delivered, and
+   stats.batch count deliveries, not the last index + 1. */
+static void test_unordered_plain_loop_tokens_exact(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    unsigned char got[64];
+    uint64_t in_epoch = 0, epochs_seen = 0;
+    char tok[1024], why[1200];
+    t_load_init(&t);
+    t.max_delay_us = 60;
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 96, 3, 3); /* 32 batches an epoch */
+    cfg.unordered = true;
+    cfg.shuffle = true;
+    cfg.seed = 7;
+    cfg.timeout_ms = 20000; /* a stall fails in bounded time */
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    memset(got, 0, sizeof got);
+    for (int guard = 0; guard < 1000; guard++) {
+        pf_stats st;
+        pf_result r = t_next(&c, &b);
+        if (r == PF_END_OF_DATA) break;
+        if (r == PF_END_OF_EPOCH) {
+            CHECK_EQ(in_epoch, 32);
+            memset(got, 0, sizeof got);
+            in_epoch = 0;
+            epochs_seen++;
+            continue;
+        }
+        CHECKF(r == PF_OK, "epoch %llu after %llu batches: %s", (unsigned long long)epochs_seen,
+               (unsigned long long)in_epoch, pf_error(c.l));
+        if (r != PF_OK) break;
+        CHECK(b.batch < 32 && !got[b.batch]);
+        got[b.batch] = 1;
+        in_epoch++;
+        t_sleep_us(100 + (unsigned)(h_rand() % 300)); /* the consumer is the slow side */
+        t_release(&c, &b);
+        CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
+        CHECKF(token_is(tok, got, 32, why, sizeof why), "after %llu batches of epoch %llu: %s",
+               (unsigned long long)in_epoch, (unsigned long long)epochs_seen, why);
+        pf_get_stats(c.l, &st);
+        CHECK_EQ(st.batch, in_epoch);
+    }
+    CHECK_EQ(epochs_seen, 3);
+    t_end(&c);
+    t_load_free(&t);
+}
+
+/* A token written with many slots resumed with one worker and fewer slots
+   (and the other way round): nothing lost, nothing repeated, and a done
+   list longer than the new host_slots is accepted. */
+static void test_unordered_resume_with_fewer_slots(void) {
+    static const char *const toks[] = {
+        "pf1 epoch=0 batch=1 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+        "rank=0 unordered=1 done=5",
+        "pf1 epoch=0 batch=1 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+        "rank=0 unordered=1 done=2,3,5,6,8"};
+    static const uint64_t dones[2][6] = {{5}, {2, 3, 5, 6, 8}};
+    for (int i = 0; i < 2; i++) {
+        unsigned char seen[10] = {0};
+        char tok[1024];
+        snprintf(tok, sizeof tok, "%s", toks[i]);
+        seen[0] = 1;
+        for (int j = 0; j < 6 && dones[i][j]; j++) seen[dones[i][j]] = 1;
+        for (int hop = 0; hop < 12; hop++) { /* one batch a run, a new run each time */
+            tload t;
+            tcons c;
+            pf_config cfg;
+            pf_batch b;
+            pf_result r;
+            rcfg rc = {40, 4, 1, 0, 1, 0, 0, true, false, true, false};
+            t_load_init(&t);
+            t_begin(&c, h_seed + (unsigned)hop);
+            cfg = make_cfg(&t, &rc);
+            cfg.num_workers = 1 + (uint32_t)(hop % 3);
+            cfg.host_slots = 1 + (uint32_t)(hop % 2);
+            cfg.device_slots = 1 + (uint32_t)(hop % 2);
+            cfg.resume = tok;
+            CHECKF(t_create(&c, &cfg) == PF_OK, "resume from \"%s\": %s", tok, pf_error(NULL));
+            if (!c.l) break;
+            r = t_next(&c, &b);
+            if (r == PF_OK) {
+                CHECKF(b.batch < 10 && !seen[b.batch], "token \"%s\": batch %llu again", tok,
+                       (unsigned long long)b.batch);
+                if (b.batch < 10) seen[b.batch] = 1;
+                t_release(&c, &b);
+            }
+            CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
+            t_end(&c);
+            t_load_free(&t);
+            if (r == PF_END_OF_EPOCH) break;
+            CHECKF(r == PF_OK, "hop %d: %s", hop, pf_result_string(r));
+        }
+        for (int k = 0; k < 10; k++) CHECKF(seen[k], "case %d: batch %d lost", i, k);
+    }
+}
+
+/* Every corrupt token is refused before anything starts, naming what is
+   wrong; none reaches a worker (a repeat or a batch past the end used to
+   retire the epoch early and crash a claim). */
+static void test_corrupt_tokens_are_named(void) {
+#define TOKA "pf1 epoch=0 batch=1 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 "
+    static const struct {
+        const char *tok;
+        bool unordered;
+        const char *want;
+    } cases[] = {
+        {TOKA "world=1 rank=0 unordered=1 done=3,3", true, "done lists 3 after 3"},
+        {TOKA "world=1 rank=0 unordered=1 done=4,3", true, "done lists 3 after 4"},
+        {TOKA "world=1 rank=0 unordered=1 done=1", true, "done lists 1 after 1"},
+        {TOKA "world=1 rank=0 unordered=1 done=50", true, "but epoch 0 has 10 batches"},
+        {TOKA "world=1 rank=0 unordered=1 done=10", true, "but epoch 0 has 10 batches"},
+        {TOKA "world=1 rank=0 unordered=1 done=3x", true, "done=3x is not a list"},
+        {TOKA "world=1 rank=0 unordered=1 done=", true, "is not a list"},
+        {TOKA "world=1 rank=0 unordered=1 done=3,", true, "is not a list"},
+        {TOKA "world=1 rank=0 unordered=0 done=3", false, "in an in-order token"},
+        {"pf1 epoch=0 batch=4611686018427387904 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 "
+         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "batch=4611686018427387904 is past the end"},
+        {"pf1 epoch=0 batch=1 pos=99999999999 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 "
+         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "pos=99999999999 is past the end"},
+        {"pf1 epoch=0 batch=1x pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+         "rank=0 unordered=0 done=-", false, "batch=1x is not a number"},
+        {"pf1 epoch=0 batch=1 batch=2 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 "
+         "world=1 rank=0 unordered=0 done=-", false, "batch appears twice"},
+        {TOKA "world=2 rank=2 unordered=0 done=-", false, "rank=2 must be below world=2"},
+        {TOKA "world=0 rank=0 unordered=0 done=-", false, "world=0 must be 1"},
+        {"pf1 epoch=18446744073709551616 batch=1 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 "
+         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "epoch=18446744073709551616 is not a number"},
+        {"pf1 epoch=0 batch=1 pos=4 n=40 seed=99999999999999999999999 batch_size=4 shuffle=1 block=1 window=0 "
+         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "seed=99999999999999999999999 is not"},
+        {TOKA "world=1 rank=0 unordered=2 done=-", false, "are 0 or 1"},
+        {"pf1 epoch=0 batch=1 pos=4 n=- seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+         "rank=0 unordered=0 done=-", false, "n=- (the epoch's size unknown) with batch=1"},
+        {"pf1 epoch=0 batch=1 pos=4 n=-5 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+         "rank=0 unordered=0 done=-", false, "n=-5 is not a number"},
+    };
+#undef TOKA
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tload t;
+        pf_loader *l = (pf_loader *)&t; /* must come back NULL */
+        rcfg rc = {40, 4, 1, 0, 1, 0, 0, true, false, cases[i].unordered, false};
+        pf_config cfg;
+        t_load_init(&t);
+        cfg = make_cfg(&t, &rc);
+        cfg.num_samples_fn = t_num_samples; /* so n=- is legal where it is */
+        cfg.num_samples = 0;
+        t.sizes[0] = 40;
+        cfg.backend = PF_BACKEND_HOST;
+        cfg.resume = cases[i].tok;
+        CHECKF(pf_create(&cfg, &l) == PF_ERR_INVALID_ARG, "token %zu accepted: %s", i, cases[i].tok);
+        CHECK(l == NULL);
+        CHECKF(strstr(pf_error(NULL), cases[i].want) != NULL, "token %zu: \"%s\" does not say \"%s\"", i,
+               pf_error(NULL), cases[i].want);
+        CHECK_EQ(t.loads, 0);
+        t_load_free(&t);
+    }
+}
+
+/* A dataset that grows while the run goes (every call answers more): a
+   token taken right after an epoch ends must keep the next epoch's size
+   once it was planned, even when the CUDA stager already staged that whole
+   epoch and let its plan go; a resume that asked again would get more. */
+static uint64_t growing_per_call(void *user, uint64_t epoch) {
+    tload *t = (tload *)user;
+    uint64_t n;
+    (void)epoch;
+    pthread_mutex_lock(&t->mu);
+    n = 4 + 3 * (uint64_t)t->size_calls[0]++;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
+static void test_token_after_epoch_end_keeps_n(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    pf_stats st;
+    char tok[1024];
+    uint64_t n1 = 0;
+    int batches = 0;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 0, 2, 3);
+    cfg.num_samples_fn = growing_per_call;
+    cfg.device_slots = 8;
+    cfg.host_slots = 8;
+    cfg.num_workers = 2;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    while (t_next(&c, &b) == PF_OK) t_release(&c, &b); /* epoch 0: 4 samples */
+    /* let the pipeline run into epoch 1 (7 samples, 4 batches) as far as it
+       will: bounded, and the check below holds however far it got */
+    for (int i = 0; i < 2000; i++) {
+        pf_get_stats(c.l, &st);
+        if (st.copies >= 6 || (st.backend == PF_BACKEND_HOST && st.ready_slots >= 4)) break;
+        t_sleep_us(1000);
+    }
+    t_sleep_us(20000);
+    pthread_mutex_lock(&t.mu);
+    if (t.size_calls[0] >= 2) n1 = 7; /* epoch 1 was planned before the token: its size is fixed */
+    pthread_mutex_unlock(&t.mu);
+    CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
+    if (n1) CHECKF(strstr(tok, " n=7 ") != NULL, "token \"%s\" lost epoch 1's size (7)", tok);
+    t_end(&c);
+    t_load_free(&t);
+    /* resumed: epoch 1 is the epoch the first run would have had */
+    t_load_init(&t);
+    t.size_calls[0] = 5; /* the dataset grew meanwhile */
+    t_begin(&c, h_seed + 1);
+    cfg = t_config(&t, 0, 2, 3);
+    cfg.num_samples_fn = growing_per_call;
+    cfg.resume = tok;
+    CHECKF(t_create(&c, &cfg) == PF_OK, "%s", pf_error(NULL));
+    while (t_next(&c, &b) == PF_OK) {
+        batches++;
+        t_release(&c, &b);
+    }
+    if (n1) CHECK_EQ(batches, 4);
+    t_end(&c);
+    t_load_free(&t);
+}
+
+/* The unordered promise as a property: a chain of runs, each stopped at a
+   random point (across epoch ends, with batches held), resumed with other
+   worker and slot counts, with a random consumer speed, delivers every
+   batch of every epoch exactly once, and no run stalls. */
+static void test_unordered_chain_exactly_once(void) {
+    h_rng_state = h_seed * 977 + 3;
+    for (int trial = 0; trial < 6; trial++) {
+        rcfg r;
+        evs ref = {0, 0, 0}, got = {0, 0, 0};
+        char tok[4096] = "";
+        int done = 0, hops = 0;
+        memset(&r, 0, sizeof r);
+        r.n = 30 + h_rand() % 90;
+        r.bs = 1 + (uint32_t)(h_rand() % 5);
+        r.epochs = 2 + (uint32_t)(h_rand() % 2);
+        r.shuffle = h_rand() % 2;
+        r.drop_last = h_rand() % 2;
+        r.unordered = true;
+        r.growing = h_rand() % 3 == 0;
+        reference(&r, &ref);
+        while (!done && hops++ < 200) {
+            tload t;
+            tcons c;
+            pf_config cfg;
+            pf_batch held[4];
+            int nheld = 0, maxhold = (int)(h_rand() % 3);
+            size_t k = 1 + h_rand() % 12;
+            unsigned slow = (unsigned)(h_rand() % 300);
+            t_load_init(&t);
+            t.max_delay_us = (unsigned)(h_rand() % 200);
+            t_begin(&c, h_seed + (unsigned)hops * 7919u);
+            cfg = make_cfg(&t, &r);
+            cfg.num_workers = 1 + (uint32_t)(h_rand() % 4);
+            cfg.host_slots = (uint32_t)(h_rand() % 7); /* 0: the default */
+            cfg.device_slots = (uint32_t)(h_rand() % 4);
+            cfg.timeout_ms = 20000;
+            if (tok[0]) cfg.resume = tok;
+            CHECKF(t_create(&c, &cfg) == PF_OK, "resume from \"%s\": %s", tok, pf_error(NULL));
+            if (!c.l) break;
+            for (size_t i = 0; i < k && !done; i++) {
+                pf_batch b;
+                pf_result x;
+                if (nheld && (nheld >= maxhold || (uint32_t)nheld + 1 >= t_consumer_slots(&cfg))) {
+                    t_release(&c, &held[0]);
+                    memmove(held, held + 1, (size_t)--nheld * sizeof held[0]);
+                }
+                x = t_next(&c, &b);
+                if (x == PF_OK) {
+                    ev_push(&got, EV_BATCH, &b);
+                    if (slow) t_sleep_us((unsigned)(h_rand() % (slow + 1)));
+                    if (nheld < maxhold) held[nheld++] = b;
+                    else t_release(&c, &b);
+                } else if (x == PF_END_OF_EPOCH) {
+                    ev_push(&got, EV_EPOCH, NULL);
+                } else if (x == PF_END_OF_DATA) {
+                    ev_push(&got, EV_DATA, NULL);
+                    done = 1;
+                } else {
+                    CHECKF(0, "trial %d hop %d: %s (%s)", trial, hops, pf_result_string(x), pf_error(c.l));
+                    done = 1;
+                }
+            }
+            CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK); /* held batches count as delivered */
+            t_end(&c); /* destroyed holding them */
+            t_load_free(&t);
+        }
+        CHECK(done);
+        {
+            int same = got.n == ref.n;
+            qsort(ref.v, ref.n, sizeof(ev), cmp_ev);
+            qsort(got.v, got.n, sizeof(ev), cmp_ev);
+            for (size_t i = 0; same && i < ref.n; i++) same = ev_same(&got.v[i], &ref.v[i]);
+            CHECKF(same, "trial %d: n %llu bs %u epochs %u drop %d grow %d: %zu results over %d runs, %zu expected; "
+                   "not every batch exactly once", trial, (unsigned long long)r.n, r.bs, r.epochs, r.drop_last,
+                   r.growing, got.n, hops, ref.n);
+        }
+        free(ref.v);
+        free(got.v);
+    }
+}
+
 /* ---- block shuffle ---- */
 
 static void test_block_shuffle_keeps_blocks_within_windows(void) {
@@ -443,6 +784,11 @@ static const h_test tests[] = {
     {"resume_continues_exactly", test_resume_continues_exactly},
     {"elastic_resume_covers_the_rest_once", test_elastic_resume_covers_the_rest_once},
     {"token_edge_cases_and_mismatches", test_token_edge_cases_and_mismatches},
+    {"unordered_plain_loop_tokens_exact", test_unordered_plain_loop_tokens_exact},
+    {"unordered_resume_with_fewer_slots", test_unordered_resume_with_fewer_slots},
+    {"corrupt_tokens_are_named", test_corrupt_tokens_are_named},
+    {"token_after_epoch_end_keeps_n", test_token_after_epoch_end_keeps_n},
+    {"unordered_chain_exactly_once", test_unordered_chain_exactly_once},
     {"block_shuffle_keeps_blocks_within_windows", test_block_shuffle_keeps_blocks_within_windows},
     {"block_shuffle_shards_disjoint_and_deterministic", test_block_shuffle_shards_disjoint_and_deterministic},
 };
