@@ -4,6 +4,7 @@
 #   make bench    the benchmarks (JSON lines, then a table); QUICK=1 for a short run
 #   make examples every example
 #   make fuzz     libFuzzer for FUZZ_TIME seconds (default 120); finds go to build/
+#   make fuzz-token  the same for checkpoint tokens (cfg.resume)
 #   make lint     cppcheck, clang-tidy and valgrind memcheck, all clean
 # make predefines CC=cc and CXX=g++; we mean gcc unless told otherwise
 ifeq ($(origin CC),default)
@@ -58,7 +59,7 @@ HOST_TESTS := $(B)/core_gcc $(if $(HAVE_CLANG),$(B)/core_clang) $(B)/core_cxx $(
 SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan \
 	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
-RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
+RELIABILITY := $(B)/fuzz_replay $(B)/fuzz_token_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
 HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
 CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
@@ -68,7 +69,7 @@ ifeq ($(HAVE_CUDA),1)
 ALL_TESTS += $(CUDA_TESTS)
 endif
 
-.PHONY: test test-build demo bench examples fuzz lint clean
+.PHONY: test test-build demo bench examples fuzz fuzz-token lint clean
 
 test:
 	@mkdir -p $(B)
@@ -144,6 +145,9 @@ $(B)/cuda_sim_tsan: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
 
 # ---- reliability: the fuzz corpus replayed, stress and soak on both backends
 $(B)/fuzz_replay: tests/fuzz.c $(HDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(ASAN) -DFUZZ_REPLAY -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
+$(B)/fuzz_token_replay: tests/fuzz_token.c $(HDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $(ASAN) -DFUZZ_REPLAY -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
 $(B)/stress_gcc: tests/test_stress.c $(THDR)
@@ -280,6 +284,15 @@ FUZZ_TIME ?= 120
 $(B)/fuzz: tests/fuzz.c $(HDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
 	$(CLANG) $(CSTD) -O1 -g $(WARN) -fsanitize=fuzzer,address,undefined -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
+
+$(B)/fuzz_token: tests/fuzz_token.c $(HDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CLANG) $(CSTD) -O1 -g $(WARN) -fsanitize=fuzzer,address,undefined -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
+
+fuzz-token: $(B)/fuzz_token
+	@mkdir -p $(B)/fuzz-token-corpus
+	$(B)/fuzz_token -max_total_time=$(FUZZ_TIME) -max_len=600 -artifact_prefix=$(B)/ \
+		-print_final_stats=1 $(B)/fuzz-token-corpus tests/corpus_token
 
 fuzz: $(B)/fuzz
 	@mkdir -p $(B)/fuzz-corpus

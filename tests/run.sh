@@ -85,6 +85,7 @@ step "CUDA suite, clang TSan"        $B/cuda_sim_tsan -s 5
 
 echo "reliability: the fuzz corpus, stress, soak, cancellation"
 step "fuzz corpus replay (ASan+UBSan)"      $B/fuzz_replay tests/corpus
+step "token fuzz corpus replay (ASan+UBSan)" $B/fuzz_token_replay tests/corpus_token
 step "stress and soak, gcc"                 $B/stress_gcc
 step "stress and soak, gcc TSan"            $B/stress_tsan
 step "stress and soak, simulated CUDA"      $B/stress_sim
