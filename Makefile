@@ -58,10 +58,11 @@ HOST_TESTS := $(B)/core_gcc $(if $(HAVE_CLANG),$(B)/core_clang) $(B)/core_cxx $(
 	$(B)/resume_gcc $(B)/resume_asan
 SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan \
 	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim
-COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
+COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu \
+	$(B)/config_init_c $(B)/config_init_cxx11 $(B)/config_init_cxx17
 RELIABILITY := $(B)/fuzz_replay $(B)/fuzz_token_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
 HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
-CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
+CUDA_TESTS := $(B)/config_init_nvcc $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
 
 ALL_TESTS := $(HOST_TESTS) $(SIM_TESTS) $(COMPILE_TESTS) $(RELIABILITY) $(HOST_EXAMPLES)
@@ -181,6 +182,19 @@ $(B)/strict_cxx: tests/compile/strict_c11.c $(HDR)
 $(B)/static_impl: tests/compile/static_impl.c $(HDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(WARN) $< -o $@
+# PF_CONFIG_INIT: no warning with -Wextra as C11, C++11, C++17 (and nvcc below)
+$(B)/config_init_c: tests/compile/config_init.c $(HDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(WARN) -Wmissing-field-initializers $< -o $@ -lpthread
+$(B)/config_init_cxx11: tests/compile/config_init.c $(HDR)
+	@rm -f $@
+	$(CXX) -std=c++11 $(WARN) -Wmissing-field-initializers -x c++ $< -o $@ -lpthread
+$(B)/config_init_cxx17: tests/compile/config_init.c $(HDR)
+	@rm -f $@
+	$(CXX) -std=c++17 $(WARN) -Wmissing-field-initializers -x c++ $< -o $@ -lpthread
+$(B)/config_init_nvcc: tests/compile/config_init.c $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) -x cu $< -o $@
 $(B)/two_tu: tests/compile/two_tu_impl.c tests/compile/two_tu_main.c $(HDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(WARN) tests/compile/two_tu_impl.c tests/compile/two_tu_main.c -o $@

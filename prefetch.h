@@ -305,6 +305,17 @@ typedef struct pf_config {
                                   loader's own measurements, up to num_workers */
 } pf_config;
 
+/* A zeroed config, every field at its default, without a warning in C11,
+   C++11 and later, or nvcc with -Wall -Wextra:
+       pf_config cfg = PF_CONFIG_INIT;
+   (C's {0} is a -Wmissing-field-initializers warning in C++; C's {} is not
+   C11.) */
+#ifdef __cplusplus
+#define PF_CONFIG_INIT pf_config()
+#else
+#define PF_CONFIG_INIT {0}
+#endif
+
 typedef struct pf_batch {
     void *data;                /* device pointer (CUDA) or host pointer (host)  */
     size_t bytes;
@@ -441,6 +452,12 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #if defined(PREFETCH_IMPLEMENTATION) && !defined(PREFETCH_IMPLEMENTATION_INCLUDED)
 #define PREFETCH_IMPLEMENTATION_INCLUDED
 
+/* Said plainly, instead of a page of errors about timespec_get and
+   thrd_create: the implementation needs C11 (or C++11). */
+#if !defined(__cplusplus) && (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 201112L)
+#error "prefetch.h: the implementation (PREFETCH_IMPLEMENTATION) needs C11 or later: compile this file with -std=c11, gnu11 or c17 (or as C++11 or later)"
+#endif
+
 /* >>platform -------------------------------------------------------------- */
 #include <stdarg.h>
 #include <stdio.h>
@@ -461,6 +478,10 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #define PREFETCH_USE_PTHREADS
 #endif
 #endif
+#endif
+
+#if !defined(PREFETCH_USE_PTHREADS) && !defined(__cplusplus) && defined(__STDC_NO_THREADS__)
+#error "prefetch.h: this C library has no <threads.h> (__STDC_NO_THREADS__): define PREFETCH_USE_PTHREADS and link -lpthread"
 #endif
 
 #ifdef PREFETCH_CUDA

@@ -98,6 +98,11 @@ clang_step "strict C11, clang"       $B/strict_clang
 step "C++17, g++"                    $B/strict_cxx
 step "PREFETCH_STATIC"               $B/static_impl
 step "two translation units"         $B/two_tu
+step "PF_CONFIG_INIT, gcc C11 -Wextra" $B/config_init_c
+step "PF_CONFIG_INIT, g++ C++11 -Wextra" $B/config_init_cxx11
+step "PF_CONFIG_INIT, g++ C++17 -Wextra" $B/config_init_cxx17
+step "pre-C11 gcc gets prefetch.h's #error" tests/compile/pre_c11.sh gcc
+clang_step "pre-C11 clang gets prefetch.h's #error" tests/compile/pre_c11.sh clang
 
 echo "real-world reach: launchers, growing record files, examples"
 step "launcher sharding (real processes)" $B/launch
@@ -115,6 +120,7 @@ if [ "$HAVE_CUDA" = "1" ]; then
     step "gcc -DPREFETCH_NVTX -lcudart" $B/real_nvtx
     step "nvcc real-GPU overlap suite"  $B/real_gpu
     step "nvcc .cu with the implementation" $B/nvcc_impl
+    step "PF_CONFIG_INIT, nvcc -Wextra"  $B/config_init_nvcc
     step "nvcc examples/train_cuda.cu"  $B/train_cuda --quick
     step "nvcc examples/multi_gpu.cu"   $B/multi_gpu
     step "nvcc examples/llmc_tokens.cu --check" $B/llmc_tokens_cuda --check
