@@ -110,6 +110,7 @@ step "examples/record_files --check"  $B/record_files --check --quick
 step "examples/record_files --check --block 16" $B/record_files --check --quick --block 16
 step "demo --quick"                  $B/demo --quick
 step "examples/checkpoint_resume --check" $B/checkpoint_resume --check --dir $B
+step "examples/mnist_mlp --check (learns; resumed bit for bit)" $B/mnist_mlp --check --dir $B
 step "examples/llmc_tokens --check (host)" $B/llmc_tokens --check
 step "examples/llmc_tokens --check (simulated CUDA)" $B/llmc_tokens_sim --check
 
