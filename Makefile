@@ -291,10 +291,13 @@ bench:
 	@$(B)/gpu_bench_model $(if $(QUICK),--quick)
 	@$(if $(HAVE_CUDA),echo; $(B)/gpu_bench $(if $(QUICK),--quick),echo "(no CUDA toolkit at $(CUDA_HOME): the real-GPU benchmark was not built)")
 
+# every file in examples/, host builds always, the CUDA ones with a toolkit
+EXAMPLES := $(B)/demo $(B)/record_files $(B)/checkpoint_resume $(B)/mnist_mlp $(B)/llmc_tokens \
+	$(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda)
 examples:
 	@mkdir -p $(B)
-	$(MAKE) --no-print-directory $(B)/demo $(B)/record_files $(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu)
-	@echo "examples built in $(B)/: demo, record_files$(if $(HAVE_CUDA),$(comma) demo_cuda$(comma) train_cuda$(comma) multi_gpu)"
+	@$(MAKE) --no-print-directory $(EXAMPLES)
+	@echo "examples built in $(B)/: $(notdir $(EXAMPLES))$(if $(HAVE_CUDA),, (no CUDA toolkit: the .cu examples were not built))"
 
 # ---- fuzzing: new inputs land in build/fuzz-corpus, crashes in build/
 FUZZ_TIME ?= 120
