@@ -303,6 +303,12 @@ typedef struct pf_config {
                                   have their samples mixed together           */
     bool autotune;             /* [false] size the active workers from the
                                   loader's own measurements, up to num_workers */
+    bool poison;               /* [false] debug: the host backend fills each slot
+                                  past job->bytes with 0xA5 before pf_next
+                                  returns it, so a loop that reads past what
+                                  load declared sees garbage on a CPU box too,
+                                  as it would on a GPU (CUDA copies only
+                                  job->bytes)                                 */
 } pf_config;
 
 /* A zeroed config, every field at its default, without a warning in C11,
@@ -1839,9 +1845,13 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
 
 static uint64_t pf__host_ticket(pf_loader *l, uint32_t slot) { return l->slots[slot].ticket; }
 
+#define PF__POISON 0xA5
+
 static pf_result pf__next_host(pf_loader *l, pf_batch *out) {
     bool progress;
     pf_result r = pf__next_frame(l, out, pf__take_host, &progress);
+    if (r == PF_OK && l->cfg.poison) /* the caller owns the slot now: no lock needed */
+        memset((unsigned char *)out->data + out->bytes, PF__POISON, l->stride - out->bytes);
     return pf__next_done(l, r, progress);
 }
 

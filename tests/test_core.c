@@ -1053,6 +1053,48 @@ static void test_stats_line_and_progress_callback(void) {
     t_close(&t, &c, &r);
 }
 
+/* cfg.poison: past job->bytes the slot reads 0xA5 on the host backend (as
+   a GPU slot would hold whatever an earlier copy left), so a loop that
+   reads more than load declared breaks on a CPU box too. */
+static int poison_load(void *user, pf_job *job) {
+    (void)user;
+    memset(job->host, 0x11, job->capacity); /* all of it written... */
+    job->bytes = 40;                         /* ...but only 40 bytes declared */
+    return 0;
+}
+
+static void test_poison_marks_bytes_past_job_bytes(void) {
+    for (int poison = 0; poison < 2; poison++) {
+        pf_config cfg;
+        pf_loader *l = NULL;
+        pf_batch b;
+        int batches = 0;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.load = poison_load;
+        cfg.num_samples = 12;
+        cfg.batch_size = 3;
+        cfg.batch_bytes = 1000;
+        cfg.epochs = 1;
+        cfg.num_workers = 2;
+        cfg.backend = PF_BACKEND_HOST;
+        cfg.poison = poison;
+        cfg.timeout_ms = T_WAIT_MS;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        while (pf_next(l, &b) == PF_OK) {
+            const unsigned char *p = (const unsigned char *)b.data;
+            size_t bad = 0;
+            CHECK_EQ(b.bytes, 40);
+            for (size_t i = 0; i < 40; i++) bad += p[i] != 0x11;
+            for (size_t i = 40; i < 1000; i++) bad += p[i] != (poison ? 0xA5 : 0x11);
+            CHECKF(bad == 0, "poison %d: %zu bytes wrong", poison, bad);
+            CHECK_EQ(pf_release(l, &b), PF_OK);
+            batches++;
+        }
+        CHECK_EQ(batches, 4);
+        pf_destroy(l);
+    }
+}
+
 static const h_test tests[] = {
     {"empty_failure_message_is_not_misreported", test_empty_failure_message_is_not_misreported},
     {"size_check_counts_the_backends_slots", test_size_check_counts_the_backends_slots},
@@ -1086,6 +1128,7 @@ static const h_test tests[] = {
     {"allocation_failures_are_clean", test_allocation_failures_are_clean},
     {"worker_start_hook_once_per_worker", test_worker_start_hook_runs_once_per_worker},
     {"load_failure_is_logged", test_load_failure_is_logged},
+    {"poison_marks_bytes_past_job_bytes", test_poison_marks_bytes_past_job_bytes},
 };
 
 int main(int argc, char **argv) {
