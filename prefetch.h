@@ -540,6 +540,7 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #define PF__MAX_SLOTS 4096u
 #define PF__MAX_WINDOW (2 * PF__MAX_SLOTS) /* unordered: batches in flight, host + device slots */
 #define PF__MAX_WORLD 65536u
+#define PF__MAX_EPOCH (UINT64_C(1) << 62)
 #define PF__ALIGN 256u
 #define PF__DEFAULT_WORKERS 4u
 #define PF__DEFAULT_DEVICE_SLOTS 3u
@@ -2764,6 +2765,11 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
             pf__append(buf, size, &len, "%s%llu", listed++ ? "," : "", (unsigned long long)b);
         }
     if (!listed) pf__append(buf, size, &len, "-");
+    /* an epoch resumed on another world size numbers its batches from that
+       point: say where, so the next resume can check batch against pos */
+    if (l->ck_start != l->ck_first * l->cfg.world_size)
+        pf__append(buf, size, &len, " from=%llu:%llu", (unsigned long long)(l->ck_first / l->cfg.batch_size),
+                   (unsigned long long)l->ck_start);
     if (len >= size)
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %llu bytes (with its NUL), the buffer has %llu",
                      (unsigned long long)len + 1, (unsigned long long)size);
@@ -2794,14 +2800,33 @@ typedef struct pf__token {
     uint64_t v[PF__K_COUNT];
     bool has_n;       /* n is a number, not "-"               */
     const char *done; /* the done list's text: "-" or "3,5,9" */
+    bool has_from;    /* from=B:P, optional: the epoch was resumed at batch B,
+                         position P on another world size         */
+    uint64_t from_batch, from_pos;
 } pf__token;
 
-/* Split a token into its fields: each once, numbers strictly decimal. */
+/* A field's text for a message: at most 20 bytes, non-printable bytes as
+   '?', so a token read with fgets (its newline) or binary junk prints as
+   one readable line. */
+static const char *pf__shown(const char *p, char *dst, size_t size) {
+    size_t i;
+    for (i = 0; i + 1 < size && i < 20 && p[i] && p[i] != ' '; i++)
+        dst[i] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?';
+    dst[i] = '\0';
+    return dst;
+}
+
+static bool pf__token_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
+
+/* Split a token into its fields: each once, numbers strictly decimal.
+   Fields are separated by blanks; a trailing newline (a token read back
+   with fgets) is a blank too. */
 static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t wn) {
     static const char *const keys[] = {"epoch", "batch", "pos", "n", "seed", "batch_size", "shuffle", "block",
                                        "window", "drop_last", "world", "rank", "unordered", "done"};
     bool seen[PF__K_COUNT] = {false};
     const char *p = tok;
+    char shown[24];
     int i;
 #define PF__RBAD(...) return (pf__format(why, wn, __VA_ARGS__), PF_ERR_INVALID_ARG)
     memset(t, 0, sizeof *t);
@@ -2809,29 +2834,39 @@ static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t
         PF__RBAD("cfg.resume is not a prefetch.h checkpoint token (it should start \"" PF__TOKEN_MAGIC " \")");
     p += 4;
     while (*p) {
-        const char *eq, *end;
+        const char *eq, *end, *e2;
         size_t klen;
-        while (*p == ' ') p++;
+        while (pf__token_space(*p)) p++;
         if (!*p) break;
-        eq = strchr(p, '=');
-        if (!eq) PF__RBAD("cfg.resume: malformed token near \"%.20s\"", p);
+        for (end = p; *end && !pf__token_space(*end); end++) {}
+        eq = (const char *)memchr(p, '=', (size_t)(end - p));
+        if (!eq) PF__RBAD("cfg.resume: malformed token near \"%s\"", pf__shown(p, shown, sizeof shown));
         klen = (size_t)(eq - p);
+        if (!klen) PF__RBAD("cfg.resume: malformed token: a value without a field name, \"%s\"", pf__shown(p, shown, sizeof shown));
+        if (klen == 4 && !strncmp(p, "from", 4)) { /* optional: B:P */
+            if (t->has_from) PF__RBAD("cfg.resume: malformed token: from appears twice");
+            t->has_from = true;
+            if (!pf__parse_u64(eq + 1, &e2, &t->from_batch) || *e2 != ':' ||
+                !pf__parse_u64(e2 + 1, &e2, &t->from_pos) || e2 != end)
+                PF__RBAD("cfg.resume: malformed token: from=%s is not batch:pos", pf__shown(eq + 1, shown, sizeof shown));
+            p = end;
+            continue;
+        }
         for (i = 0; i < PF__K_COUNT; i++)
             if (strlen(keys[i]) == klen && !strncmp(p, keys[i], klen)) break;
-        if (i == PF__K_COUNT) PF__RBAD("cfg.resume: malformed token: unknown field \"%.*s\"", (int)klen, p);
+        if (i == PF__K_COUNT)
+            PF__RBAD("cfg.resume: malformed token: unknown field \"%.*s\"", (int)(klen < 20 ? klen : 20),
+                     pf__shown(p, shown, sizeof shown));
         if (seen[i]) PF__RBAD("cfg.resume: malformed token: %s appears twice", keys[i]);
         seen[i] = true;
-        end = eq + 1;
-        while (*end && *end != ' ') end++;
         if (i == PF__K_DONE) {
             t->done = eq + 1;
         } else if (i == PF__K_N && eq[1] == '-' && end == eq + 2) {
             t->v[i] = 0;
         } else {
-            const char *e2;
             if (!pf__parse_u64(eq + 1, &e2, &t->v[i]) || e2 != end)
-                PF__RBAD("cfg.resume: malformed token: %s=%.*s is not a number of at most 64 bits", keys[i],
-                         (int)(end - eq - 1 < 24 ? end - eq - 1 : 24), eq + 1);
+                PF__RBAD("cfg.resume: malformed token: %s=%s is not a number of at most 64 bits", keys[i],
+                         pf__shown(eq + 1, shown, sizeof shown));
             if (i == PF__K_N) t->has_n = true;
         }
         p = end;
@@ -2851,7 +2886,8 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     const uint64_t *v = t.v;
     uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
     uint64_t n = 0, nbatches = 0, last = 0;
-    bool n_known;
+    bool no_done;
+    char shown[24];
     pf_result r = pf__read_token(tok, &t, why, wn);
     if (r != PF_OK) return r;
     rs->has_n = t.has_n;
@@ -2896,32 +2932,57 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     if (c->epochs && v[PF__K_EPOCH] > c->epochs)
         PF__RBAD("resume token is at epoch %llu, past cfg.epochs = %u", (unsigned long long)v[PF__K_EPOCH],
                  (unsigned)c->epochs);
-    /* the position inside its epoch: reachable, and overflow-free in the
-       plan's arithmetic (batch * batch_size, pos + samples) */
-    n_known = t.has_n || !c->num_samples_fn;
-    if (n_known) {
+    if (v[PF__K_EPOCH] >= PF__MAX_EPOCH)
+        PF__RBAD("cfg.resume: malformed token: epoch=%llu must be below 2^62", (unsigned long long)v[PF__K_EPOCH]);
+    no_done = t.done[0] == '-' && (t.done[1] == '\0' || pf__token_space(t.done[1]));
+    if (c->epochs && v[PF__K_EPOCH] == c->epochs && (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from))
+        PF__RBAD("cfg.resume: malformed token: at epoch=%llu = cfg.epochs (the end of data) a token has batch=0 "
+                 "pos=0 done=-", (unsigned long long)v[PF__K_EPOCH]);
+    /* The position inside its epoch. A run of world w numbers its batches
+       from an origin (0:0, or from=B0:P0 where it was resumed on another
+       world size) and is then at pos = P0 + (batch - B0) * batch_size * w:
+       batch and pos must agree, and batch must lie inside the epoch such a
+       run has. Overflow-checked: every product stays below 2^64. */
+    if (!t.has_n) {
+        if (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from) /* written only at an epoch's start */
+            PF__RBAD("cfg.resume: malformed token: n=- (the epoch's size unknown) with batch=%llu pos=%llu done=%s: "
+                     "such a token is written only at an epoch's start", (unsigned long long)v[PF__K_BATCH],
+                     (unsigned long long)v[PF__K_POS], pf__shown(t.done, shown, sizeof shown));
+    } else {
+        uint64_t w = v[PF__K_WORLD], bs = c->batch_size, b = v[PF__K_BATCH], pos = v[PF__K_POS];
+        uint64_t b0 = t.has_from ? t.from_batch : 0, p0 = t.has_from ? t.from_pos : 0, rest, per_rank, nb;
+        bool past;
         pf__plan pl;
         n = t.has_n ? v[PF__K_N] : c->num_samples;
-        if (v[PF__K_BATCH] > n / c->batch_size + 1)
-            PF__RBAD("cfg.resume: malformed token: batch=%llu is past the end of an epoch of %llu samples in batches "
-                     "of %u", (unsigned long long)v[PF__K_BATCH], (unsigned long long)n, (unsigned)c->batch_size);
-        /* the furthest a run writes: n plus a rank's padding and a batch's rounding */
-        if (v[PF__K_POS] > n && v[PF__K_POS] - n >= v[PF__K_WORLD] * c->batch_size)
-            PF__RBAD("cfg.resume: malformed token: pos=%llu is past the end of an epoch of %llu samples",
-                     (unsigned long long)v[PF__K_POS], (unsigned long long)n);
-        pf__plan_init(&pl, c, v[PF__K_EPOCH], n, v[PF__K_POS], v[PF__K_BATCH]);
+        if (t.has_from && (p0 > n + (uint64_t)PF__MAX_WORLD * bs || b0 > p0 / bs || b0 > b))
+            PF__RBAD("cfg.resume: malformed token: from=%llu:%llu is not where an epoch of %llu samples in batches of "
+                     "%llu can be resumed before batch=%llu", (unsigned long long)b0, (unsigned long long)p0,
+                     (unsigned long long)n, (unsigned long long)bs, (unsigned long long)b);
+        past = b - b0 > (UINT64_MAX - p0) / (bs * w);
+        if (past || pos != p0 + (b - b0) * bs * w) {
+            if (past) pf__format(shown, sizeof shown, "past 2^64");
+            else pf__format(shown, sizeof shown, "%llu", (unsigned long long)(p0 + (b - b0) * bs * w));
+            PF__RBAD("cfg.resume: malformed token: pos=%llu does not match batch=%llu: world=%llu ranks at that batch "
+                     "(batches of %llu%s) are at position %s", (unsigned long long)pos, (unsigned long long)b,
+                     (unsigned long long)w, (unsigned long long)bs, t.has_from ? ", numbered from the from= point" : "",
+                     shown);
+        }
+        rest = n > p0 ? n - p0 : 0;
+        per_rank = b0 * bs + (c->drop_last ? rest / w : (rest + w - 1) / w);
+        nb = c->drop_last ? per_rank / bs : (per_rank + bs - 1) / bs;
+        if (b > nb)
+            PF__RBAD("cfg.resume: malformed token: batch=%llu is past the end of epoch %llu, which has %llu batches "
+                     "(%llu samples, batches of %llu, world=%llu)", (unsigned long long)b,
+                     (unsigned long long)v[PF__K_EPOCH], (unsigned long long)nb, (unsigned long long)n,
+                     (unsigned long long)bs, (unsigned long long)w);
+        pf__plan_init(&pl, c, v[PF__K_EPOCH], n, pos, b); /* as the resumed run will plan it */
         nbatches = pl.nbatches;
-    } else if (v[PF__K_BATCH] || v[PF__K_POS] || strcmp(t.done, "-") != 0) {
-        /* n=- is written only before anything of the epoch was planned */
-        PF__RBAD("cfg.resume: malformed token: n=- (the epoch's size unknown) with batch=%llu pos=%llu done=%.20s: "
-                 "such a token is written only at an epoch's start", (unsigned long long)v[PF__K_BATCH],
-                 (unsigned long long)v[PF__K_POS], t.done);
     }
-    if (t.done[0] == '-' && (t.done[1] == '\0' || t.done[1] == ' ')) {
+    if (no_done) {
         /* nothing delivered past `batch` */
     } else if (!c->unordered) {
-        PF__RBAD("cfg.resume: malformed token: done=%.20s in an in-order token (only unordered runs list batches)",
-                 t.done);
+        PF__RBAD("cfg.resume: malformed token: done=%s in an in-order token (only unordered runs list batches)",
+                 pf__shown(t.done, shown, sizeof shown));
     } else { /* the batches delivered past `batch`: increasing, inside the
                 window a run can have in flight and inside the epoch */
         const char *d = t.done;
@@ -2929,8 +2990,9 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
         for (;;) {
             const char *e2;
             uint64_t b;
-            if (!pf__parse_u64(d, &e2, &b) || (*e2 && *e2 != ',' && *e2 != ' '))
-                PF__RBAD("cfg.resume: malformed token: done=%.20s is not a list of batch numbers", t.done);
+            if (!pf__parse_u64(d, &e2, &b) || (*e2 && *e2 != ',' && !pf__token_space(*e2)))
+                PF__RBAD("cfg.resume: malformed token: done=%s is not a list of batch numbers",
+                         pf__shown(t.done, shown, sizeof shown));
             if (b <= last)
                 PF__RBAD("cfg.resume: malformed token: done lists %llu after %llu (it lists batches past batch=%llu, "
                          "each once, increasing)", (unsigned long long)b, (unsigned long long)last,

@@ -91,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cfg.num_workers = 1 + (k[2] & 3);
     cfg.host_slots = (k[2] >> 2) & 7; /* 0: the default */
     cfg.device_slots = (k[2] >> 5) & 3;
-    cfg.epochs = 1 + k[3] % 3;
+    cfg.epochs = k[3] & 0x40 ? 0 : 1 + k[3] % 3; /* 0: until destroyed */
     if (k[3] & 0x80) {
         cfg.num_samples_fn = tz_samples;
         for (int e = 0; e < 4; e++) t.sizes[e] = 10 + 7 * (uint64_t)e;

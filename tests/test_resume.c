@@ -287,6 +287,64 @@ static void test_elastic_resume_covers_the_rest_once(void) {
         }
 }
 
+/* Two elastic hops in one epoch: 8 ranks -> 6 -> 3 (and 2 -> 5 -> 1). The
+   middle run numbers its batches from where it was resumed, so its token
+   says so (from=B:P) and the last resume checks batch against pos from
+   there: every sample once, plus the last world's padding. */
+static void test_elastic_chain_through_two_world_sizes(void) {
+    static const uint32_t chains[][3] = {{8, 6, 3}, {2, 5, 1}, {3, 3, 2}};
+    for (size_t ch = 0; ch < sizeof chains / sizeof chains[0]; ch++) {
+        uint32_t bs = 3;
+        uint64_t n = 300, cut = 2, consumed = 0;
+        unsigned *seen = (unsigned *)calloc(n, sizeof(unsigned));
+        char tok[512] = "";
+        for (int hop = 0; hop < 3; hop++) {
+            uint32_t w = chains[ch][hop];
+            char next[512] = "";
+            for (uint32_t rank = 0; rank < w; rank++) {
+                tload t;
+                tcons c;
+                pf_config cfg;
+                evs e = {0, 0, 0};
+                rcfg r = {n, bs, w, rank, 1, 0, 0, true, false, false, false};
+                t_load_init(&t);
+                t_begin(&c, h_seed + rank);
+                cfg = make_cfg(&t, &r);
+                if (tok[0]) cfg.resume = tok;
+                CHECKF(t_create(&c, &cfg) == PF_OK, "hop %d world %u from \"%s\": %s", hop, w, tok, pf_error(NULL));
+                if (!c.l) break;
+                if (hop < 2) CHECK_EQ(run(&c, &e, cut), PF_OK);
+                else CHECK_EQ(run(&c, &e, 100000), PF_END_OF_DATA);
+                for (size_t i = 0; i < e.n; i++)
+                    if (e.v[i].kind == EV_BATCH)
+                        for (uint32_t j = 0; j < e.v[i].count; j++) seen[e.v[i].idx[j]]++;
+                if (rank == 0 && hop < 2) CHECK_EQ(pf_checkpoint(c.l, next, sizeof next), PF_OK);
+                t_end(&c);
+                t_load_free(&t);
+                free(e.v);
+            }
+            if (hop < 2) {
+                consumed += cut * bs * w;
+                if (hop == 1 && chains[ch][0] != chains[ch][1]) CHECK_CONTAINS(next, " from=");
+                if (hop == 1 && chains[ch][0] == chains[ch][1]) CHECK(strstr(next, " from=") == NULL);
+                memcpy(tok, next, sizeof tok);
+            }
+        }
+        {
+            uint32_t w = chains[ch][2];
+            uint64_t missing = 0, twice = 0, rest = n - consumed, got = (rest + w - 1) / w * w;
+            for (uint64_t i = 0; i < n; i++) {
+                missing += seen[i] == 0;
+                twice += seen[i] > 1;
+            }
+            CHECKF(missing == 0, "chain %zu: %llu samples never delivered", ch, (unsigned long long)missing);
+            CHECKF(twice == got - rest, "chain %zu: %llu samples twice, padding explains %llu", ch,
+                   (unsigned long long)twice, (unsigned long long)(got - rest));
+        }
+        free(seen);
+    }
+}
+
 static void test_token_edge_cases_and_mismatches(void) {
     tload t;
     tcons c;
@@ -510,9 +568,9 @@ static void test_corrupt_tokens_are_named(void) {
         {TOKA "world=1 rank=0 unordered=1 done=3,", true, "is not a list"},
         {TOKA "world=1 rank=0 unordered=0 done=3", false, "in an in-order token"},
         {"pf1 epoch=0 batch=4611686018427387904 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 "
-         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "batch=4611686018427387904 is past the end"},
+         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "pos=4 does not match batch=4611686018427387904"},
         {"pf1 epoch=0 batch=1 pos=99999999999 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 "
-         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "pos=99999999999 is past the end"},
+         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "pos=99999999999 does not match batch=1"},
         {"pf1 epoch=0 batch=1x pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
          "rank=0 unordered=0 done=-", false, "batch=1x is not a number"},
         {"pf1 epoch=0 batch=1 batch=2 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 "
@@ -522,7 +580,21 @@ static void test_corrupt_tokens_are_named(void) {
         {"pf1 epoch=18446744073709551616 batch=1 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 "
          "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "epoch=18446744073709551616 is not a number"},
         {"pf1 epoch=0 batch=1 pos=4 n=40 seed=99999999999999999999999 batch_size=4 shuffle=1 block=1 window=0 "
-         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "seed=99999999999999999999999 is not"},
+         "drop_last=0 world=1 rank=0 unordered=0 done=-", false, "seed=99999999999999999999 is not"},
+        /* batch and pos must agree; batch inside the epoch; the origin sane */
+        {"pf1 epoch=0 batch=5 pos=28 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+         "rank=0 unordered=0 done=-", false, "pos=28 does not match batch=5"},
+        {"pf1 epoch=0 batch=2 pos=12 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+         "rank=0 unordered=0 done=-", false, "are at position 8"},
+        {"pf1 epoch=0 batch=15 pos=60 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+         "rank=0 unordered=0 done=-", false, "batch=15 is past the end of epoch 0, which has 10 batches"},
+        {"pf1 epoch=0 batch=3 pos=40 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=2 "
+         "rank=0 unordered=0 done=- from=9:8", false, "from=9:8 is not where"},
+        {"pf1 epoch=0 batch=3 pos=40 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=2 "
+         "rank=0 unordered=0 done=- from=2x", false, "from=2x is not batch:pos"},
+        {TOKA "world=1 rank=0 unordered=0 done=-\x01", false, "done=-? in an in-order token"},
+        {"pf1 epoch=1 batch=2 pos=8 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
+         "rank=0 unordered=0 done=-", false, "at epoch=1 = cfg.epochs (the end of data)"},
         {TOKA "world=1 rank=0 unordered=2 done=-", false, "are 0 or 1"},
         {"pf1 epoch=0 batch=1 pos=4 n=- seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
          "rank=0 unordered=0 done=-", false, "n=- (the epoch's size unknown) with batch=1"},
@@ -537,7 +609,7 @@ static void test_corrupt_tokens_are_named(void) {
         pf_config cfg;
         t_load_init(&t);
         cfg = make_cfg(&t, &rc);
-        cfg.num_samples_fn = t_num_samples; /* so n=- is legal where it is */
+        cfg.num_samples_fn = t_num_samples; /* n from the token */
         cfg.num_samples = 0;
         t.sizes[0] = 40;
         cfg.backend = PF_BACKEND_HOST;
@@ -548,6 +620,39 @@ static void test_corrupt_tokens_are_named(void) {
                pf_error(NULL), cases[i].want);
         CHECK_EQ(t.loads, 0);
         t_load_free(&t);
+    }
+    { /* epochs = 0 (until destroyed): an epoch near 2^64 used to wrap the claim's epoch and crash */
+        tload t;
+        pf_loader *l = NULL;
+        rcfg rc = {40, 4, 1, 0, 0, 0, 0, true, false, false, false};
+        pf_config cfg;
+        t_load_init(&t);
+        cfg = make_cfg(&t, &rc);
+        cfg.backend = PF_BACKEND_HOST;
+        cfg.resume = "pf1 epoch=18446744073709551615 batch=0 pos=0 n=40 seed=1234 batch_size=4 shuffle=1 block=1 "
+                     "window=0 drop_last=0 world=1 rank=0 unordered=0 done=-";
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(NULL), "epoch=18446744073709551615 must be below 2^62");
+        t_load_free(&t);
+    }
+    { /* a token read back with fgets keeps its newline (or \r\n): still the token */
+        static const char *const ends[] = {"\n", "\r\n", " \t\n"};
+        for (int k = 0; k < 3; k++) {
+            tload t;
+            pf_loader *l = NULL;
+            rcfg rc = {40, 4, 1, 0, 1, 0, 0, true, false, true, false};
+            pf_config cfg;
+            char tok[512];
+            snprintf(tok, sizeof tok, "pf1 epoch=0 batch=1 pos=4 n=40 seed=1234 batch_size=4 shuffle=1 block=1 "
+                     "window=0 drop_last=0 world=1 rank=0 unordered=1 done=3%s", ends[k]);
+            t_load_init(&t);
+            cfg = make_cfg(&t, &rc);
+            cfg.backend = PF_BACKEND_HOST;
+            cfg.resume = tok;
+            CHECKF(pf_create(&cfg, &l) == PF_OK, "ending %d: %s", k, pf_error(NULL));
+            pf_destroy(l);
+            t_load_free(&t);
+        }
     }
 }
 
@@ -783,6 +888,7 @@ static void test_block_shuffle_shards_disjoint_and_deterministic(void) {
 static const h_test tests[] = {
     {"resume_continues_exactly", test_resume_continues_exactly},
     {"elastic_resume_covers_the_rest_once", test_elastic_resume_covers_the_rest_once},
+    {"elastic_chain_through_two_world_sizes", test_elastic_chain_through_two_world_sizes},
     {"token_edge_cases_and_mismatches", test_token_edge_cases_and_mismatches},
     {"unordered_plain_loop_tokens_exact", test_unordered_plain_loop_tokens_exact},
     {"unordered_resume_with_fewer_slots", test_unordered_resume_with_fewer_slots},
