@@ -54,9 +54,9 @@ SIMHDR   := tests/sim/cuda_runtime_api.h
 HAVE_CUDA := $(if $(and $(NVCC),$(CUDA_INC_DIR),$(CUDA_LIB_DIR)),1)
 
 HOST_TESTS := $(B)/core_gcc $(if $(HAVE_CLANG),$(B)/core_clang) $(B)/core_cxx $(B)/core_asan $(B)/core_tsan $(B)/threads_gcc $(B)/threads_tsan \
-	$(B)/resume_gcc $(B)/resume_asan
+	$(B)/resume_gcc $(B)/resume_asan $(B)/data_gcc $(B)/data_cxx $(B)/data_asan $(B)/data_tsan
 SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan \
-	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim
+	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim $(B)/data_sim $(B)/data_sim_asan
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
 HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
@@ -121,6 +121,26 @@ $(B)/resume_asan: tests/test_resume.c $(THDR)
 $(B)/resume_sim: tests/test_resume.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+
+# ---- your data: worker state, packed batches, bad samples, the readers
+$(B)/data_gcc: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
+$(B)/data_cxx: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CXX) -std=c++17 $(TFLAGS) -x c++ $< -o $@ -lpthread
+$(B)/data_asan: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(ASAN) $< -o $@ -lpthread
+$(B)/data_tsan: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
+$(B)/data_sim: tests/test_data.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/data_sim_asan: tests/test_data.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 
 # ---- CUDA backend on the simulated runtime: plain, ASan+UBSan, TSan
 $(B)/core_sim: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)

@@ -245,11 +245,19 @@ typedef struct pf_job {
     size_t bytes;              /* load sets the bytes it wrote; default capacity */
     uint64_t rng;              /* seed from (seed, epoch, rank, batch): the same
                                   augmentation whichever worker runs the batch  */
+    void *worker_state;        /* what cfg.worker_init returned on this worker  */
     void *pf__worker;          /* private                                       */
 } pf_job;
 
 /* Fill job->host; return 0 on success, non-zero (best: pf_job_fail) on failure. */
 typedef int (*pf_load_fn)(void *user, pf_job *job);
+
+/* What happens to a sample the load reports bad with pf_job_skip. */
+typedef enum pf_bad_policy {
+    PF_BAD_STOP = 0, /* the batch fails: pf_next returns PF_ERR_LOAD naming it  */
+    PF_BAD_SKIP,     /* the sample is left out of its (packed) batch            */
+    PF_BAD_MARK      /* cfg.bad_marker takes the sample's place                 */
+} pf_bad_policy;
 
 /* Host bookkeeping memory (and the host backend's slots). Both or neither. */
 typedef struct pf_allocator {
@@ -303,6 +311,20 @@ typedef struct pf_config {
                                   have their samples mixed together           */
     bool autotune;             /* [false] size the active workers from the
                                   loader's own measurements, up to num_workers */
+    void *(*worker_init)(void *user, uint32_t worker); /* [none] per-worker
+                                  state: runs on the worker thread before its
+                                  first load (again after autotune parked it);
+                                  each job carries the result as worker_state */
+    void (*worker_stop)(void *user, uint32_t worker, void *state); /* [none]
+                                  on the same thread, once per worker_init: as
+                                  the worker parks, stops or is destroyed      */
+    pf_bad_policy bad_samples; /* [PF_BAD_STOP] a sample pf_job_skip reports    */
+    uint64_t bad_limit;        /* [0 = no limit] with SKIP or MARK: the run
+                                  stops (PF_ERR_LOAD) once more samples than
+                                  this were skipped, counted in batch order    */
+    const void *bad_marker;    /* PF_BAD_MARK: the bytes that replace a bad    */
+    size_t bad_marker_bytes;   /* sample (one sample's worth; kept by pointer,
+                                  valid while the loader lives)               */
 } pf_config;
 
 typedef struct pf_batch {
@@ -312,6 +334,12 @@ typedef struct pf_batch {
     const uint64_t *indices;   /* count sample indices; valid until pf_release  */
     uint32_t count;
     uint64_t rng;              /* the job's rng, for augmentation on the GPU    */
+    const uint64_t *offsets;   /* packed batches (pf_job_append, readers): count
+                                  + 1 byte offsets into data, sample i is
+                                  [offsets[i], offsets[i+1]); host memory.
+                                  NULL when the load wrote the slot itself    */
+    uint32_t skipped;          /* bad samples skipped or marked in this batch  */
+    const uint64_t *skipped_indices; /* their sample indices (skipped of them) */
     /* private: lets pf_release tell a live batch from a stale or foreign one */
     const pf_loader *pf__owner;
     uint64_t pf__ticket;
@@ -341,6 +369,8 @@ typedef struct pf_stats {
     double occupancy;          /* mean fraction of host slots filled and waiting,
                                   seen at each pf_next                           */
     uint32_t workers_active;   /* workers allowed to load now (autotune: its choice) */
+    uint64_t skipped;          /* bad samples skipped or marked (cfg.bad_samples),
+                                  in batches handed on for delivery so far    */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
     uint32_t device_ready, device_held;
     pf_bound bound;
@@ -429,6 +459,25 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size);
    early (its batch is discarded). */
 PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) PF__PRINTF(2, 3);
 PF_API bool pf_job_cancelled(const pf_job *job);
+
+/* Packed batches (samples of different sizes). pf_job_append reserves the
+   next sample's bytes right after the previous one and returns where to
+   write them (NULL: it does not fit in the slot, or every sample is already
+   there; the job has failed, return non-zero). The batch then carries
+   offsets; job->bytes is kept at the bytes used, and only those are copied
+   to the GPU. Append one per sample of job->indices, in order, except the
+   ones pf_job_skip reported. */
+PF_API void *pf_job_append(pf_job *job, size_t bytes);
+
+/* pf_job_skip: sample i (0 .. count-1 of job->indices) is bad. With
+   cfg.bad_samples = PF_BAD_STOP (default) this is pf_job_fail naming the
+   sample, and returns -1: return it. With PF_BAD_SKIP or PF_BAD_MARK it
+   is logged (PF_LOG_WARN), counted, and returns 0: go on with the next
+   sample (do not append this one). SKIP drops it from the batch (count
+   shrinks; needs packed batches, or every sample skipped); MARK puts
+   cfg.bad_marker in its place (packed: in sequence; otherwise at host +
+   i * bad_marker_bytes). The batch lists them in skipped_indices. */
+PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF(3, 4);
 
 #ifdef __cplusplus
 }
@@ -766,6 +815,14 @@ enum {
     PF__SLOT_COPYING  /* CUDA: its DMA may still read it              */
 };
 
+/* A batch's packed samples and bad ones (see >>samples): 2 * batch_size + 1
+   words, the offsets then the skipped samples' indices. */
+typedef struct pf__samples {
+    uint64_t *mem;
+    bool packed;      /* mem[0 .. count] are the offsets */
+    uint32_t skipped; /* mem[batch_size + 1 ..] lists them */
+} pf__samples;
+
 typedef struct pf__slot {
     pf_loader *owner;
     const pf__plan *plan; /* its epoch's plan, alive until the slot is taken */
@@ -777,6 +834,7 @@ typedef struct pf__slot {
     int state;
     int result; /* PF_OK, or the error a READY slot carries */
     char *msg;  /* PF__MSG_SIZE bytes: the failure message  */
+    pf__samples sm;
 } pf__slot;
 
 typedef struct pf__worker {
@@ -785,6 +843,11 @@ typedef struct pf__worker {
     pf__thread thread;
     bool failed;            /* pf_job_fail was called for the current job */
     char msg[PF__MSG_SIZE]; /* pf_job_fail writes here */
+    void *state;            /* cfg.worker_init's answer (>>worker state)  */
+    bool live;              /* worker_init ran, worker_stop is owed       */
+    pf__slot *slot;         /* the current job's slot (>>samples)         */
+    uint32_t appends, nskip;
+    size_t used;
 } pf__worker;
 
 /* A checkpoint token, read (see >>resume). */
@@ -828,6 +891,7 @@ typedef struct pf__dslot {
     uint32_t count;
     uint64_t seq;  /* the batch's place in staging order (from 1)       */
     bool landed;   /* the retirer saw this seq's copy complete          */
+    pf__samples sm; /* travels with the indices                         */
     int state; /* PF__SLOT_FREE, PF__SLOT_READY (queued), PF__SLOT_HELD */
 } pf__dslot;
 
@@ -961,6 +1025,7 @@ struct pf_loader {
     uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
     uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns, st_wait_gpu_ns;
     uint64_t st_load_ns, st_worker_wait_ns, st_ready_sum;
+    uint64_t st_skipped;   /* bad samples in batches taken (>>samples) */
     uint32_t st_waiters;   /* pf_next calls waiting: their waits are counted once */
     uint64_t st_wait_since;
 
@@ -968,6 +1033,14 @@ struct pf_loader {
     pf__cuda cu;
 #endif
 };
+
+/* Defined in >>samples and >>worker state, after the core. */
+static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
+static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
+static void pf__skip_account(pf_loader *l, pf__slot *s);
+static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm);
+static void pf__worker_up(pf_loader *l, pf__worker *w);
+static void pf__worker_down(pf_loader *l, pf__worker *w);
 
 /* Backend dispatch: every public call picks its backend once, here, and
    calls fn_host or fn_cuda; shared code never asks which backend it is on. */
@@ -1097,6 +1170,13 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
     if (c->shuffle_block > 1 && !c->shuffle)
         PF__BAD("cfg.shuffle_block is %u but cfg.shuffle is false: a block shuffle is a shuffle; set both",
                 (unsigned)c->shuffle_block);
+    if (c->bad_samples != PF_BAD_STOP && c->bad_samples != PF_BAD_SKIP && c->bad_samples != PF_BAD_MARK)
+        PF__BAD("cfg.bad_samples is %d: must be PF_BAD_STOP (0), PF_BAD_SKIP (1) or PF_BAD_MARK (2)",
+                (int)c->bad_samples);
+    if (c->bad_samples == PF_BAD_MARK && (!c->bad_marker || !c->bad_marker_bytes))
+        PF__BAD("cfg.bad_samples is PF_BAD_MARK but cfg.bad_marker is %s and cfg.bad_marker_bytes is %llu: set "
+                "both (the bytes that replace a bad sample)", c->bad_marker ? "set" : "NULL",
+                (unsigned long long)c->bad_marker_bytes);
     if (pf__slots_overflow(c->batch_bytes, c->host_slots)) /* device_slots: once the CUDA backend is chosen */
         PF__BAD("cfg.batch_bytes is %llu: host_slots (%u) slots of it do not fit in memory",
                 (unsigned long long)c->batch_bytes, (unsigned)c->host_slots);
@@ -1355,6 +1435,7 @@ static int pf__take(pf_loader *l, pf__slot **out) {
     }
     l->nready--;
     pf__wake_workers(l, false);
+    if (s->result == PF_OK && s->sm.skipped) pf__skip_account(l, s);
     if (s->result != PF_OK) {
         int code = s->result;
         pf__set_error(l, code, PF__BY_LOAD, false, s->epoch, s->batch, "%s", s->msg);
@@ -1597,6 +1678,7 @@ static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) 
     job->bytes = l->cfg.batch_bytes;
     job->rng = s->rng;
     job->pf__worker = w;
+    pf__job_begin(l, s, w, job);
 }
 
 /* A library thread's setup for its backend (CUDA: the loader's device). */
@@ -1630,6 +1712,12 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         int rc, claim = pf__claim(l, w, now, &s);
         if (claim == PF__CLAIM_DONE) break;
         if (claim == PF__CLAIM_PARKED) { /* until autotune wants this worker again */
+            if (w->live) { /* its state goes while it is parked, on its own thread */
+                pf__unlock_wake(l);
+                pf__worker_down(l, w);
+                pf__lock(&l->mu);
+                continue;
+            }
             pf__wait(l, PF__ROLE_PARKED, NULL);
             now = pf__now_ns();
             continue;
@@ -1642,6 +1730,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             continue;
         }
         pf__unlock_wake(l);
+        pf__worker_up(l, w);
         pf__fill_job(l, s, w, &job);
         w->msg[0] = '\0';
         w->failed = false;
@@ -1662,6 +1751,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
                        (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
                        (unsigned long long)job.bytes, (unsigned long long)job.capacity);
             s->result = PF_ERR_LOAD;
+        } else {
+            pf__job_end(l, s, w, &job);
         }
         s->bytes = job.bytes;
         if (s->result != PF_OK && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
@@ -1670,6 +1761,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         pf__publish(l, s);
     }
     pf__unlock_wake(l);
+    pf__worker_down(l, w);
     PF__THREAD_RETURN;
 }
 
@@ -1764,6 +1856,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
             pf__note_delivery(l, s->epoch, s->batch, s->nbatches, s->count, s->bytes, s->n);
             pf__fill_batch(l, out, s->data, s->bytes, s->epoch, s->batch, s->indices, s->count, s->rng, s->ticket,
                            s->index);
+            pf__batch_samples(l, out, &s->sm);
             return PF_OK;
         }
         if (r == PF_END_OF_EPOCH) {
@@ -2195,6 +2288,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         swap = ds->indices; /* the batch's indices travel with it, no copy */
         ds->indices = s->indices;
         s->indices = swap;
+        { pf__samples t = ds->sm; ds->sm = s->sm; s->sm = t; }
         s->state = PF__SLOT_COPYING;
         pf__unlock_wake(l);
         PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->epoch, (unsigned long long)ds->batch);
@@ -2376,6 +2470,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes, ds->n);
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
                            ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
+            pf__batch_samples(l, out, &ds->sm);
             return PF_OK;
         }
         /* nothing staged: with every device slot held, nothing can be */
@@ -2854,7 +2949,7 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
 
 static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
     pf__layout lay = {0, false};
-    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip;
+    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples;
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
     uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
@@ -2878,6 +2973,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
     o_ckdone = pf__reserve(&lay, nslots, 1);
     o_skip = pf__reserve(&lay, nslots, sizeof(uint64_t));
+    o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
 #ifdef PREFETCH_CUDA
     if (dslots) {
         o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
@@ -2927,6 +3023,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         s->index = i;
         s->indices = l->index_mem + (size_t)i * c->batch_size;
         s->msg = l->msgs + (size_t)i * PF__MSG_SIZE;
+        s->sm.mem = (uint64_t *)(base + o_samples) + (size_t)i * (2 * (size_t)c->batch_size + 1);
         l->free_stack[i] = nslots - 1 - i; /* slot 0 on top */
     }
     l->nfree = nslots;
@@ -2950,6 +3047,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
             cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
+            cu->dslots[i].sm.mem = (uint64_t *)(base + o_samples) + (size_t)(nslots + i) * (2 * (size_t)c->batch_size + 1);
             cu->dfree[i] = i;
         }
         cu->dfree_count = dslots;
@@ -3142,6 +3240,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->backend = l->backend;
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->active;
+    out->skipped = l->st_skipped;
     out->host_slots = l->nslots;
     out->device_slots = 0; /* the backend's part below */
     out->epoch = l->cons_epoch;
@@ -3211,6 +3310,223 @@ PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) {
 PF_API bool pf_job_cancelled(const pf_job *job) {
     const pf__worker *w = job ? (const pf__worker *)job->pf__worker : NULL;
     return w ? PF__LOAD_FLAG(&w->owner->stopping) != 0 : false;
+}
+
+/* >>worker state ---------------------------------------------------------- */
+/* cfg.worker_init runs lazily, on the worker's own thread, just before the
+   first load it will run (so a worker autotune never wakes makes nothing);
+   cfg.worker_stop runs on the same thread when the worker parks, stops or
+   is destroyed. Exactly one stop per init. No lock held. */
+static void pf__worker_up(pf_loader *l, pf__worker *w) {
+    if (w->live || (!l->cfg.worker_init && !l->cfg.worker_stop)) return;
+    w->state = l->cfg.worker_init ? l->cfg.worker_init(l->cfg.user, w->id) : NULL;
+    w->live = true;
+}
+
+static void pf__worker_down(pf_loader *l, pf__worker *w) {
+    if (!w->live) return;
+    w->live = false;
+    if (l->cfg.worker_stop) l->cfg.worker_stop(l->cfg.user, w->id, w->state);
+    w->state = NULL;
+}
+
+/* >>samples --------------------------------------------------------------- */
+/* Packed batches and bad samples. While a load runs its worker keeps the
+   append cursor (appends, used) and the bad samples' positions (in the
+   slot's skip list); pf__job_end then settles the batch on the worker
+   thread: sorts the positions, checks that every sample was appended or
+   skipped, drops (SKIP) or inserts markers (MARK, moving the packed bytes
+   up from the end), and turns positions into sample indices. Everything it
+   decides depends on the batch alone, never on timing: the same batches
+   with the same skips on every run, and a resumed run (its token counts
+   batches, not samples) sees the same. The limit is applied where batches
+   are taken in order (pf__skip_account), so the run stops at the same
+   batch every time. */
+static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
+    (void)l;
+    w->slot = s;
+    w->appends = w->nskip = 0;
+    w->used = 0;
+    s->sm.packed = false;
+    s->sm.skipped = 0;
+    s->sm.mem[0] = 0;
+    job->worker_state = w->state;
+}
+
+static void pf__sort_u64(uint64_t *v, uint32_t n) { /* insertion sort: a few bad samples */
+    uint32_t i, j;
+    for (i = 1; i < n; i++) {
+        uint64_t x = v[i];
+        for (j = i; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
+    }
+}
+
+#define PF__JOB_BAD(...) \
+    do { pf__format(s->msg, PF__MSG_SIZE, __VA_ARGS__); s->result = PF_ERR_LOAD; return; } while (0)
+
+static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
+    uint64_t *off = s->sm.mem, *bad = s->sm.mem + l->cfg.batch_size + 1;
+    uint32_t n = w->nskip, count = s->count, i, k, b;
+    size_t mb = l->cfg.bad_marker_bytes;
+    const unsigned char *marker = (const unsigned char *)l->cfg.bad_marker;
+    unsigned char *host = s->data;
+    if (w->failed) /* pf_job_skip under PF_BAD_STOP, or pf_job_append, and the load went on */
+        PF__JOB_BAD("load failed for epoch %llu batch %llu (worker %u): %s", (unsigned long long)s->epoch,
+                    (unsigned long long)s->batch, (unsigned)w->id, w->msg);
+    if (!w->appends && !n) return; /* the load wrote the slot itself */
+    pf__sort_u64(bad, n);
+    if (w->appends) {
+        if (w->appends + n != count)
+            PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) appended %u samples and skipped %u, for a "
+                        "batch of %u: append each sample that is not skipped", (unsigned long long)s->epoch,
+                        (unsigned long long)s->batch, (unsigned)w->id, (unsigned)w->appends, (unsigned)n,
+                        (unsigned)count);
+        if (n && l->cfg.bad_samples == PF_BAD_MARK) {
+            size_t end = w->used + (size_t)n * mb;
+            if (end > job->capacity || end < w->used)
+                PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): %u bad samples' markers (%llu bytes each) "
+                            "do not fit in the slot after %llu bytes of samples (cfg.batch_bytes %llu)",
+                            (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                            (unsigned)n, (unsigned long long)mb, (unsigned long long)w->used,
+                            (unsigned long long)job->capacity);
+            /* from the end: sample k-1 of the appended ones moves up to its
+               place i; off[i+1] is written only after off[k] was read (i >= k-1) */
+            for (i = count, k = w->appends, b = n; i-- > 0;) {
+                size_t start;
+                if (b && bad[b - 1] == i) {
+                    start = end - mb;
+                    memcpy(host + start, marker, mb);
+                    b--;
+                } else {
+                    size_t len = (size_t)(off[k] - off[k - 1]);
+                    start = end - len;
+                    memmove(host + start, host + off[k - 1], len);
+                    k--;
+                }
+                off[i + 1] = end;
+                end = start;
+            }
+            off[0] = 0;
+            job->bytes = w->used + (size_t)n * mb;
+        } else {
+            job->bytes = w->used;
+        }
+        s->sm.packed = true;
+    } else if (l->cfg.bad_samples == PF_BAD_MARK) { /* fixed-size samples: the marker is one */
+        for (i = 0; i < n; i++) {
+            if ((bad[i] + 1) * mb > job->capacity)
+                PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): the marker for sample %llu would end at "
+                            "byte %llu, past the slot (cfg.batch_bytes %llu)", (unsigned long long)s->epoch,
+                            (unsigned long long)s->batch, (unsigned)w->id, (unsigned long long)bad[i],
+                            (unsigned long long)((bad[i] + 1) * mb), (unsigned long long)job->capacity);
+            memcpy(host + bad[i] * mb, marker, mb);
+        }
+    } else if (n == count) { /* SKIP, every sample bad: an empty batch */
+        s->sm.packed = true;
+        job->bytes = 0;
+    } else {
+        PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) skipped %u of %u samples but wrote the slot itself: "
+                    "PF_BAD_SKIP drops samples from packed batches; write them with pf_job_append (or use "
+                    "PF_BAD_MARK)", (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                    (unsigned)n, (unsigned)count);
+    }
+    /* positions to sample indices; SKIP: the batch keeps the others, in order */
+    if (l->cfg.bad_samples == PF_BAD_SKIP) {
+        uint32_t j;
+        for (i = 0, j = 0, b = 0; i < count; i++) {
+            if (b < n && bad[b] == i) bad[b++] = s->indices[i];
+            else s->indices[j++] = s->indices[i];
+        }
+        s->count = count - n;
+    } else {
+        for (i = 0; i < n; i++) bad[i] = s->indices[bad[i]];
+    }
+    s->sm.skipped = n;
+}
+#undef PF__JOB_BAD
+
+/* A batch with bad samples is taken, in batch order (lock held): count
+   them; past cfg.bad_limit the batch fails instead. */
+static void pf__skip_account(pf_loader *l, pf__slot *s) {
+    l->st_skipped += s->sm.skipped;
+    if (l->cfg.bad_limit && l->st_skipped > l->cfg.bad_limit) {
+        char first[PF__MSG_SIZE];
+        memcpy(first, s->msg, sizeof first);
+        pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu: %llu bad samples so far, more than cfg.bad_limit "
+                   "(%llu); this batch's first: %s", (unsigned long long)s->epoch, (unsigned long long)s->batch,
+                   (unsigned long long)l->st_skipped, (unsigned long long)l->cfg.bad_limit, first);
+        s->result = PF_ERR_LOAD;
+    }
+}
+
+static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm) {
+    out->offsets = sm->packed ? sm->mem : NULL;
+    out->skipped = sm->skipped;
+    out->skipped_indices = sm->skipped ? sm->mem + l->cfg.batch_size + 1 : NULL;
+}
+
+PF_API void *pf_job_append(pf_job *job, size_t bytes) {
+    pf__worker *w = job ? (pf__worker *)job->pf__worker : NULL;
+    pf__slot *s;
+    uint64_t *off;
+    size_t at;
+    if (!w) return NULL;
+    s = w->slot;
+    off = s->sm.mem;
+    at = w->used;
+    if (w->appends + w->nskip >= job->count) {
+        pf_job_fail(job, "pf_job_append: the batch has %u samples and all of them were already appended or "
+                    "skipped", (unsigned)job->count);
+        return NULL;
+    }
+    if (bytes > job->capacity - at) {
+        pf_job_fail(job, "pf_job_append: sample %u of %llu bytes does not fit: %llu of the slot's %llu bytes "
+                    "(cfg.batch_bytes) are used", (unsigned)(w->appends + w->nskip), (unsigned long long)bytes,
+                    (unsigned long long)at, (unsigned long long)job->capacity);
+        return NULL;
+    }
+    off[w->appends] = at;
+    off[++w->appends] = at + bytes;
+    w->used = at + bytes;
+    job->bytes = w->used;
+    return (unsigned char *)job->host + at;
+}
+
+PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
+    pf__worker *w = job ? (pf__worker *)job->pf__worker : NULL;
+    pf_loader *l;
+    pf__slot *s;
+    char why[PF__MSG_SIZE], msg[PF__MSG_SIZE];
+    uint64_t *bad;
+    uint32_t k;
+    va_list ap;
+    if (!w) return -1;
+    l = w->owner;
+    s = w->slot;
+    why[0] = '\0';
+    if (fmt) {
+        va_start(ap, fmt);
+        pf__vformat(why, sizeof why, fmt, ap);
+        va_end(ap);
+    }
+    if (i >= job->count)
+        return pf_job_fail(job, "pf_job_skip: sample %u is out of range (the batch has %u samples)", (unsigned)i,
+                           (unsigned)job->count);
+    pf__format(msg, sizeof msg, "bad sample %u (index %llu) of epoch %llu batch %llu: %s", (unsigned)i,
+               (unsigned long long)job->indices[i], (unsigned long long)job->epoch, (unsigned long long)job->batch,
+               why[0] ? why : "(no reason given)");
+    if (l->cfg.bad_samples == PF_BAD_STOP) return pf_job_fail(job, "%s", msg);
+    bad = s->sm.mem + l->cfg.batch_size + 1;
+    for (k = 0; k < w->nskip; k++)
+        if (bad[k] == i) return 0; /* reported twice: once is enough */
+    if (w->appends + w->nskip >= job->count)
+        return pf_job_fail(job, "pf_job_skip: sample %u: all %u samples were already appended or skipped",
+                           (unsigned)i, (unsigned)job->count);
+    if (!w->nskip) memcpy(s->msg, msg, sizeof msg); /* quoted if the limit stops the run */
+    bad[w->nskip++] = i;
+    pf__log(&l->cfg, PF_LOG_WARN, "%s (%s)", msg, l->cfg.bad_samples == PF_BAD_SKIP ? "skipped" : "marked");
+    return 0;
 }
 
 #endif /* PREFETCH_IMPLEMENTATION */

@@ -72,6 +72,14 @@ step "resume, host backend"              $B/resume_gcc
 step "resume, host backend, ASan+UBSan"  $B/resume_asan
 step "resume, simulated CUDA"            $B/resume_sim
 
+echo "your data: per-worker state, packed batches, bad samples, the readers"
+step "data, host backend"                $B/data_gcc
+step "data, g++ C++17"                   $B/data_cxx
+step "data, host backend, ASan+UBSan"    $B/data_asan
+step "data, host backend, TSan"          $B/data_tsan
+step "data, simulated CUDA"              $B/data_sim
+step "data, simulated CUDA, ASan+UBSan"  $B/data_sim_asan -s 4
+
 echo "CUDA backend on the simulated runtime (races checked on every access)"
 step "core suite, seed 1"            $B/core_sim -s 1
 step "core suite, seed 2"            $B/core_sim -s 2
