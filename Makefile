@@ -59,7 +59,7 @@ SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan 
 	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim $(B)/data_sim $(B)/data_sim_asan
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
-HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
+HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
 CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
 
@@ -237,6 +237,9 @@ $(B)/demo: examples/demo.c $(HDR)
 $(B)/record_files: examples/record_files.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/images_tar: examples/images_tar.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/llmc_tokens: examples/llmc_tokens.cu $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) -x c $< -o $@ -lpthread
@@ -292,8 +295,8 @@ bench:
 
 examples:
 	@mkdir -p $(B)
-	$(MAKE) --no-print-directory $(B)/demo $(B)/record_files $(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu)
-	@echo "examples built in $(B)/: demo, record_files$(if $(HAVE_CUDA),$(comma) demo_cuda$(comma) train_cuda$(comma) multi_gpu)"
+	$(MAKE) --no-print-directory $(B)/demo $(B)/record_files $(B)/images_tar $(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu)
+	@echo "examples built in $(B)/: demo, record_files, images_tar$(if $(HAVE_CUDA),$(comma) demo_cuda$(comma) train_cuda$(comma) multi_gpu)"
 
 # ---- fuzzing: new inputs land in build/fuzz-corpus, crashes in build/
 FUZZ_TIME ?= 120

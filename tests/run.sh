@@ -110,6 +110,7 @@ echo "real-world reach: launchers, growing record files, examples"
 step "launcher sharding (real processes)" $B/launch
 step "examples/record_files --check"  $B/record_files --check --quick
 step "examples/record_files --check --block 16" $B/record_files --check --quick --block 16
+step "examples/images_tar --check"   $B/images_tar --check --quick
 step "demo --quick"                  $B/demo --quick
 step "examples/checkpoint_resume --check" $B/checkpoint_resume --check --dir $B
 step "examples/llmc_tokens --check (host)" $B/llmc_tokens --check
