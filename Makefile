@@ -276,17 +276,22 @@ $(B)/bench: bench/bench.c $(HDR)
 $(B)/peer_bench: bench/peer_bench.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/reader_bench: bench/reader_bench.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/cold_bench: bench/cold_bench.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 
 bench:
 	@mkdir -p $(B)
-	@$(MAKE) --no-print-directory $(B)/bench $(B)/cold_bench $(B)/peer_bench $(B)/llmc_tokens $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
+	@$(MAKE) --no-print-directory $(B)/bench $(B)/cold_bench $(B)/reader_bench $(B)/peer_bench $(B)/llmc_tokens $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
 	@$(B)/bench $(if $(QUICK),--quick)
 	@echo; echo "beside PyTorch's DataLoader (when a python3 with torch is here):"
 	@$(B)/peer_bench $(if $(QUICK),--quick)
 	@$(B)/llmc_tokens --bench $(if $(QUICK),--quick)
+	@echo; echo "the readers (records, llm.c tokens, tar) against a plain pread loop of the same bytes:"
+	@$(B)/reader_bench --dir $(B) $(if $(QUICK),--quick)
 	@echo; echo "records past the page cache: sequential, sample shuffle, block shuffle:"
 	@$(B)/cold_bench --dir $(B) $(if $(QUICK),--quick)
 	@echo; echo "the CUDA backend on the simulator's timing model (figures labelled \"simulated GPU (model)\"):"
