@@ -948,6 +948,7 @@ typedef struct pf__worker {
     uint32_t appends, nskip;
     size_t used;
     bool pack;              /* a reader runs the job: the batch is packed */
+    bool refused;           /* pf_job_append or pf_job_skip failed the job */
 } pf__worker;
 
 /* A checkpoint token, read (see >>resume). */
@@ -3447,7 +3448,7 @@ static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job)
     w->slot = s;
     w->appends = w->nskip = 0;
     w->used = 0;
-    w->pack = false;
+    w->pack = w->refused = false;
     s->sm.packed = false;
     s->sm.skipped = 0;
     s->sm.mem[0] = 0;
@@ -3472,7 +3473,7 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     size_t mb = l->cfg.bad_marker_bytes;
     const unsigned char *marker = (const unsigned char *)l->cfg.bad_marker;
     unsigned char *host = s->data;
-    if (w->failed) /* pf_job_skip under PF_BAD_STOP, or pf_job_append, and the load went on */
+    if (w->refused) /* pf_job_skip under PF_BAD_STOP, or pf_job_append, and the load went on */
         PF__JOB_BAD("load failed for epoch %llu batch %llu (worker %u): %s", (unsigned long long)s->epoch,
                     (unsigned long long)s->batch, (unsigned)w->id, w->msg);
     if (!w->appends && !n && !w->pack) return; /* the load wrote the slot itself */
@@ -3579,9 +3580,11 @@ PF_API void *pf_job_append(pf_job *job, size_t bytes) {
     if (w->appends + w->nskip >= job->count) {
         pf_job_fail(job, "pf_job_append: the batch has %u samples and all of them were already appended or "
                     "skipped", (unsigned)job->count);
+        w->refused = true;
         return NULL;
     }
     if (bytes > job->capacity - at) {
+        w->refused = true;
         pf_job_fail(job, "pf_job_append: sample %u of %llu bytes does not fit: %llu of the slot's %llu bytes "
                     "(cfg.batch_bytes) are used", (unsigned)(w->appends + w->nskip), (unsigned long long)bytes,
                     (unsigned long long)at, (unsigned long long)job->capacity);
@@ -3611,6 +3614,7 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
         pf__vformat(why, sizeof why, fmt, ap);
         va_end(ap);
     }
+    if (i >= job->count || l->cfg.bad_samples == PF_BAD_STOP) w->refused = true;
     if (i >= job->count)
         return pf_job_fail(job, "pf_job_skip: sample %u is out of range (the batch has %u samples)", (unsigned)i,
                            (unsigned)job->count);
@@ -3621,9 +3625,11 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
     bad = s->sm.mem + l->cfg.batch_size + 1;
     for (k = 0; k < w->nskip; k++)
         if (bad[k] == i) return 0; /* reported twice: once is enough */
-    if (w->appends + w->nskip >= job->count)
+    if (w->appends + w->nskip >= job->count) {
+        w->refused = true;
         return pf_job_fail(job, "pf_job_skip: sample %u: all %u samples were already appended or skipped",
                            (unsigned)i, (unsigned)job->count);
+    }
     if (!w->nskip) memcpy(s->msg, msg, sizeof msg); /* quoted if the limit stops the run */
     bad[w->nskip++] = i;
     pf__log(&l->cfg, PF_LOG_WARN, "%s (%s)", msg, l->cfg.bad_samples == PF_BAD_SKIP ? "skipped" : "marked");

@@ -1045,6 +1045,76 @@ static void test_tar_corrupt_and_truncated_are_named(void) {
     tmp_end();
 }
 
+/* damaged archives: every byte flip and every truncation either opens
+   (and then every sample loads or fails as PF_ERR_LOAD) or is refused with
+   PF_ERR_INVALID_ARG; never a crash, a hang or a leak (ASan) */
+static void test_tar_damage_never_crashes(void) {
+    char path[300], good[300];
+    const char *pp[1] = {path};
+    FILE *f;
+    long size;
+    unsigned char *orig;
+    int opened = 0, refused = 0;
+    tmp_begin();
+    tmp_path(good, sizeof good, "good.tar");
+    tmp_path(path, sizeof path, "bad.tar");
+    write_tar(good, 0, 12);
+    f = fopen(good, "rb");
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    orig = (unsigned char *)malloc((size_t)size);
+    CHECK(fread(orig, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    h_rng_state = h_seed;
+    for (int trial = 0; trial < 300; trial++) {
+        pf_tar_config tc;
+        pf_tar *tr = NULL;
+        pf_config cfg = d_config(0, 4, 0, 1);
+        pf_result r;
+        long len = size;
+        f = fopen(path, "wb");
+        if (trial < 200) { /* flip a few bytes, mostly in headers */
+            unsigned char *m = (unsigned char *)malloc((size_t)size);
+            memcpy(m, orig, (size_t)size);
+            for (int k = 0; k < 1 + trial % 3; k++) {
+                long at = (long)(h_rand() % (unsigned long long)size);
+                if (trial % 2) at = at / 512 * 512 + (long)(h_rand() % 160); /* names, sizes, checksums */
+                m[at] ^= (unsigned char)(1u << (h_rand() % 8));
+            }
+            fwrite(m, 1, (size_t)size, f);
+            free(m);
+        } else { /* truncated anywhere */
+            len = (long)(h_rand() % (unsigned long long)size);
+            fwrite(orig, 1, (size_t)len, f);
+        }
+        fclose(f);
+        memset(&tc, 0, sizeof tc);
+        tc.paths = pp;
+        tc.num_paths = 1;
+        cfg.batch_bytes = 1 << 16;
+        r = pf_tar_open(&tc, &cfg, &tr);
+        if (r == PF_OK) {
+            tcons t;
+            pf_result e;
+            opened++;
+            t_begin(&t, h_seed);
+            CHECK_EQ(t_create(&t, &cfg), PF_OK);
+            e = d_drain(&t, NULL, NULL, 10000);
+            CHECKF(e == PF_END_OF_DATA || e == PF_ERR_LOAD, "trial %d: %s", trial, pf_error(t.l));
+            t_end(&t);
+            pf_tar_close(tr);
+        } else {
+            refused++;
+            CHECKF(r == PF_ERR_INVALID_ARG, "trial %d: %d %s", trial, (int)r, pf_error(NULL));
+            CHECK(tr == NULL);
+        }
+    }
+    CHECK(opened > 0 && refused > 0);
+    free(orig);
+    tmp_end();
+}
+
 /* the caller's worker hooks run inside the reader's, with the caller's user */
 static int rs_step(void *user, pf_sample *s) {
     wcount *wc = (wcount *)user;
@@ -1117,6 +1187,7 @@ static const h_test tests[] = {
     {"tar_raw_grouped_by_key", test_tar_raw_grouped_by_key},
     {"tar_step_with_skips", test_tar_step_with_skips},
     {"tar_corrupt_and_truncated_are_named", test_tar_corrupt_and_truncated_are_named},
+    {"tar_damage_never_crashes", test_tar_damage_never_crashes},
     {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
 };
 
