@@ -156,6 +156,21 @@
      and cfg.progress, when set, is called every cfg.progress_every
      batches on the thread that calls pf_next.
 
+   YOUR DATA
+
+     Per-worker state: cfg.worker_init returns a pointer each job carries
+     as job->worker_state; cfg.worker_stop frees it on the same thread
+     (when the worker exits, is destroyed, or autotune parks it).
+     Samples of different sizes: pf_job_append(job, bytes) packs them; the
+     batch carries offsets and only the bytes used are copied.
+     Bad samples: pf_job_skip(job, i, why) with cfg.bad_samples SKIP or
+     MARK goes on, listed in the batch (skipped_indices) and counted in
+     pf_stats.skipped, until cfg.bad_limit; the default stops the run.
+     Readers fill the config for you: pf_records_open (fixed-size records
+     in files, a list that may grow each epoch), pf_tokens_open (llm.c's
+     token shards) and pf_tar_open (WebDataset-style tar shards), each
+     with an optional per-sample step (decode, augment).
+
    LICENSE at the end of the file.
 */
 #ifndef PREFETCH_H_INCLUDED
