@@ -505,7 +505,8 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF
    decode, augment. A step returns 0, or the result of pf_job_fail /
    pf_job_skip(s->job, s->i, ...) to fail or drop the sample. The readers
    need POSIX: with -std=c11 define _POSIX_C_SOURCE 200809L before the
-   implementation (or build with -std=gnu11, g++, nvcc). */
+   implementation (or build with -std=gnu11, g++, nvcc); without it the
+   opens return PF_ERR_INVALID_ARG saying so. */
 typedef struct pf_part {       /* one named part of a sample (tar: one file) */
     const char *name;          /* tar: the extension after the key ("jpg", "cls") */
     const void *data;
@@ -4712,6 +4713,32 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
     *out = t;
     return PF_OK;
 }
+#else /* no POSIX here: the readers are there, and say what they need */
+static pf_result pf__rd_none(const char *who) {
+    pf__format(pf__create_error, sizeof pf__create_error,
+               "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "
+               "prefetch.h (or build with -std=gnu11, g++ or nvcc)", who);
+    return PF_ERR_INVALID_ARG;
+}
+PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf_records **out) {
+    (void)rc, (void)cfg;
+    if (out) *out = NULL;
+    return pf__rd_none("pf_records_open");
+}
+PF_API void pf_records_close(pf_records *r) { (void)r; }
+PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_tokens **out) {
+    (void)tc, (void)cfg;
+    if (out) *out = NULL;
+    return pf__rd_none("pf_tokens_open");
+}
+PF_API void pf_tokens_close(pf_tokens *t) { (void)t; }
+PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **out) {
+    (void)tc, (void)cfg;
+    if (out) *out = NULL;
+    return pf__rd_none("pf_tar_open");
+}
+PF_API void pf_tar_close(pf_tar *t) { (void)t; }
+PF_API uint64_t pf_tar_samples(const pf_tar *t) { return (void)t, 0; }
 #endif /* PF__READERS */
 
 #endif /* PREFETCH_IMPLEMENTATION */
