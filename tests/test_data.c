@@ -416,6 +416,72 @@ static void test_default_policy_stops_naming_the_sample(void) {
     free(t.seen);
 }
 
+/* skipping is resume-safe: a run stopped at a checkpoint and resumed
+   delivers the same batches, with the same samples skipped, as one that
+   never stopped */
+typedef struct sk_rec {
+    uint64_t epoch, batch, sum, skipped_sum;
+    uint32_t count, skipped;
+} sk_rec;
+static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
+                     size_t token_n) {
+    tcons c;
+    size_t n = 0;
+    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+    cfg.load = p_load;
+    cfg.user = (void *)p;
+    cfg.shuffle = true;
+    cfg.seed = 11;
+    cfg.bad_samples = PF_BAD_SKIP;
+    cfg.resume = resume;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r;
+        if (n == stop_after) {
+            CHECK_EQ(pf_checkpoint(c.l, token, token_n), PF_OK);
+            break;
+        }
+        r = pf_next(c.l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_DATA);
+            break;
+        }
+        if (n < cap) {
+            sk_rec *x = &out[n];
+            memset(x, 0, sizeof *x);
+            x->epoch = b.epoch;
+            x->batch = b.batch;
+            x->count = b.count;
+            x->skipped = b.skipped;
+            for (uint32_t i = 0; i < b.count; i++) x->sum = x->sum * 1000003u + b.indices[i];
+            for (uint32_t i = 0; i < b.skipped; i++) x->skipped_sum = x->skipped_sum * 1000003u + b.skipped_indices[i];
+        }
+        n++;
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    t_end(&c);
+    return n;
+}
+static void test_skip_is_resume_safe(void) {
+    pspec p = {PF_BAD_SKIP, 7, 2, false};
+    static sk_rec a[256], b[256];
+    char token[512];
+    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token), nb, skipped = 0;
+    for (size_t stop = 5; stop < na; stop += 37) {
+        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token);
+        CHECK_EQ(first, stop);
+        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, token, sizeof token);
+        CHECK_EQ(first + nb, na);
+        for (size_t i = 0; i < na && i < first + nb; i++)
+            CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "stop %zu: batch %zu differs", stop, i);
+    }
+    for (size_t i = 0; i < na; i++) skipped += a[i].skipped;
+    CHECK(skipped > 0);
+}
+
 /* misuse: each a clear PF_ERR_LOAD (or INVALID_ARG), destroyable */
 static int bad_mode;
 static int m_load(void *user, pf_job *job) {
@@ -1175,6 +1241,7 @@ static const h_test tests[] = {
     {"mark_packed_and_fixed", test_mark_packed_and_fixed},
     {"bad_limit_is_deterministic", test_bad_limit_is_deterministic},
     {"default_policy_stops_naming_the_sample", test_default_policy_stops_naming_the_sample},
+    {"skip_is_resume_safe", test_skip_is_resume_safe},
     {"misuse_is_a_clear_load_error", test_misuse_is_a_clear_load_error},
     {"records_raw_in_order", test_records_raw_in_order},
     {"records_raw_shuffled", test_records_raw_shuffled},
