@@ -534,7 +534,9 @@ typedef int (*pf_step_fn)(void *user, pf_sample *s);
    record at the end is not a sample). A file list that grows: set path_fn
    instead of paths; it is asked once per epoch as planning starts (k = 0,
    1, ... until NULL) and each epoch reads the files present then; a file
-   dropped from the list is closed once no batch in flight needs it. */
+   dropped from the list is closed once no batch in flight needs it. An
+   epoch resumed from a checkpoint reads the files listed when it resumes
+   (its size is the token's: keep the files it had). */
 typedef struct pf_records_config {
     const char *const *paths;  /* the files, in order ...                    */
     uint32_t num_paths;
@@ -4015,16 +4017,34 @@ static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last fi
     return lo;
 }
 
+/* A growing list's view of the job's epoch. Normally built when the epoch
+   was planned; an epoch resumed from a checkpoint keeps the size in its
+   token and is not counted again, so its view is built here, from the
+   files listed now. Under the lock: a view is written only under it. */
+static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
+    pf__rec_view *v = &r->views[epoch % r->keep];
+    char why[PF__MSG_SIZE];
+    if (!r->c.path_fn) return &r->views[0];
+    pf__lock(&r->mu);
+    if (!v->used || v->epoch != epoch) {
+        pf__rec_view_clear(r, v);
+        pf__rec_build(r, v, epoch, false, why, sizeof why);
+    }
+    pf__unlock(&r->mu);
+    return v;
+}
+
 static int pf__rec_load(void *user, pf_job *job) {
     pf_records *r = (pf_records *)user;
     pf__rd_ws *ws = pf__rd_begin(&r->rd, job);
-    const pf__rec_view *v = r->c.path_fn ? &r->views[job->epoch % r->keep] : &r->views[0];
+    const pf__rec_view *v = pf__rec_view_of(r, job->epoch);
     size_t rb = r->c.record_bytes;
     bool direct = r->direct;
     uint32_t i = 0;
     if (!ws) return -1;
-    if (!v->used || (r->c.path_fn && v->epoch != job->epoch))
-        return pf_job_fail(job, "pf_records: no file list for epoch %llu", (unsigned long long)job->epoch);
+    if (!v->n)
+        return pf_job_fail(job, "pf_records: no file for epoch %llu (path_fn listed none that opened)",
+                           (unsigned long long)job->epoch);
     while (i < job->count) {
         uint64_t x = job->indices[i], rec, off;
         uint32_t f = pf__rec_find(v, x), run = 1, k;

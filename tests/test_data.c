@@ -735,6 +735,69 @@ static void test_records_growing_file_list(void) {
     tmp_end();
 }
 
+/* a growing list resumed from a checkpoint mid-epoch: every epoch still
+   delivers each of its records once, across the two runs */
+static void test_records_growing_list_resumes(void) {
+    gctx g;
+    char token[512];
+    memset(&g, 0, sizeof g);
+    tmp_begin();
+    for (uint32_t f = 0; f < 7; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "g%u.bin", f);
+        tmp_path(grow_paths[f], sizeof grow_paths[f], name);
+        write_records(grow_paths[f], f, 20 + f, 0);
+    }
+    for (uint32_t e = 0; e < 5; e++) {
+        rctx *c = &g.per_epoch[e];
+        pthread_mutex_init(&c->mu, NULL);
+        c->nfiles = 3;
+        for (uint32_t k = 0; k < 3; k++) c->id[k] = e + k, c->per[k] = 20 + e + k;
+    }
+    for (int part = 0; part < 2; part++) {
+        tcons t;
+        pf_records *rd = NULL;
+        pf_records_config rc;
+        pf_config cfg = d_config(0, 8, 0, 5);
+        memset(&rc, 0, sizeof rc);
+        rc.path_fn = grow_path;
+        rc.record_bytes = RB;
+        rc.header_bytes = RHDR;
+        cfg.shuffle = true;
+        cfg.resume = part ? token : NULL;
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        t_begin(&t, h_seed);
+        CHECK_EQ(t_create(&t, &cfg), PF_OK);
+        if (part == 0) { /* into epoch 2, then a checkpoint */
+            size_t got = 0;
+            while (got < 22) {
+                pf_batch b;
+                pf_result r = pf_next(t.l, &b);
+                if (r == PF_END_OF_EPOCH) continue;
+                CHECK_EQ(r, PF_OK);
+                if (r != PF_OK) break;
+                d_read(&t, &b, g_check, &g);
+                CHECK_EQ(pf_release(t.l, &b), PF_OK);
+                got++;
+            }
+            CHECK_EQ(pf_checkpoint(t.l, token, sizeof token), PF_OK);
+        } else {
+            CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
+        }
+        t_end(&t);
+        pf_records_close(rd);
+    }
+    for (uint32_t e = 0; e < 5; e++) {
+        rctx *c = &g.per_epoch[e];
+        uint64_t n = c->per[0] + c->per[1] + c->per[2];
+        CHECK_EQ(c->bad, 0);
+        CHECK_EQ(c->samples, n);
+        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
+        pthread_mutex_destroy(&c->mu);
+    }
+    tmp_end();
+}
+
 /* ---- llm.c token shards, against llm.c's loader written plainly ---- */
 static uint16_t tok_at(int shard, uint64_t pos) { return (uint16_t)(((uint64_t)shard * 1000003u + pos * 2654435761u) >> 7); }
 static void write_tokens(const char *path, int id, uint64_t ntok, int32_t magic, long long cut) {
@@ -1248,6 +1311,7 @@ static const h_test tests[] = {
     {"records_step", test_records_step},
     {"records_direct", test_records_direct},
     {"records_growing_file_list", test_records_growing_file_list},
+    {"records_growing_list_resumes", test_records_growing_list_resumes},
     {"records_bad_input_is_named", test_records_bad_input_is_named},
     {"tokens_match_llmc", test_tokens_match_llmc},
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
