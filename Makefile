@@ -55,13 +55,13 @@ SIMHDR   := tests/sim/cuda_runtime_api.h
 HAVE_CUDA := $(if $(and $(NVCC),$(CUDA_INC_DIR),$(CUDA_LIB_DIR)),1)
 
 HOST_TESTS := $(B)/core_gcc $(if $(HAVE_CLANG),$(B)/core_clang) $(B)/core_cxx $(B)/core_asan $(B)/core_tsan $(B)/threads_gcc $(B)/threads_tsan \
-	$(B)/resume_gcc $(B)/resume_asan
+	$(B)/resume_gcc $(B)/resume_asan $(B)/data_gcc $(B)/data_cxx $(B)/data_asan $(B)/data_tsan
 SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan $(B)/core_sim_tsan $(B)/cuda_sim_tsan \
-	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim
+	$(B)/threads_sim $(B)/threads_sim_tsan $(B)/resume_sim $(B)/data_sim $(B)/data_sim_asan
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu \
 	$(B)/config_init_c $(B)/config_init_cxx11 $(B)/config_init_cxx17
 RELIABILITY := $(B)/fuzz_replay $(B)/fuzz_token_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
-HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/mnist_mlp $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
+HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/mnist_mlp $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
 CUDA_TESTS := $(B)/config_init_nvcc $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
 
@@ -123,6 +123,26 @@ $(B)/resume_asan: tests/test_resume.c $(THDR)
 $(B)/resume_sim: tests/test_resume.c $(THDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+
+# ---- your data: worker state, packed batches, bad samples, the readers
+$(B)/data_gcc: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
+$(B)/data_cxx: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CXX) -std=c++17 $(TFLAGS) -x c++ $< -o $@ -lpthread
+$(B)/data_asan: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(ASAN) $< -o $@ -lpthread
+$(B)/data_tsan: tests/test_data.c $(THDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
+$(B)/data_sim: tests/test_data.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(B)/data_sim_asan: tests/test_data.c $(THDR) $(SIMSRC) $(SIMHDR)
+	@rm -f $@
+	$(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 
 # ---- CUDA backend on the simulated runtime: plain, ASan+UBSan, TSan
 $(B)/core_sim: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
@@ -235,6 +255,9 @@ $(B)/demo: examples/demo.c $(HDR)
 $(B)/record_files: examples/record_files.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/images_tar: examples/images_tar.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/llmc_tokens: examples/llmc_tokens.cu $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) -x c $< -o $@ -lpthread
@@ -274,17 +297,22 @@ $(B)/bench: bench/bench.c $(HDR)
 $(B)/peer_bench: bench/peer_bench.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/reader_bench: bench/reader_bench.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/cold_bench: bench/cold_bench.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 
 bench:
 	@mkdir -p $(B)
-	@$(MAKE) --no-print-directory $(B)/bench $(B)/cold_bench $(B)/peer_bench $(B)/llmc_tokens $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
+	@$(MAKE) --no-print-directory $(B)/bench $(B)/cold_bench $(B)/reader_bench $(B)/peer_bench $(B)/llmc_tokens $(B)/gpu_bench_model $(if $(HAVE_CUDA),$(B)/gpu_bench) >/dev/null
 	@$(B)/bench $(if $(QUICK),--quick)
 	@echo; echo "beside PyTorch's DataLoader (when a python3 with torch is here):"
 	@$(B)/peer_bench $(if $(QUICK),--quick)
 	@$(B)/llmc_tokens --bench $(if $(QUICK),--quick)
+	@echo; echo "the readers (records, llm.c tokens, tar) against a plain pread loop of the same bytes:"
+	@$(B)/reader_bench --dir $(B) $(if $(QUICK),--quick)
 	@echo; echo "records past the page cache: sequential, sample shuffle, block shuffle:"
 	@$(B)/cold_bench --dir $(B) $(if $(QUICK),--quick)
 	@echo; echo "the CUDA backend on the simulator's timing model (figures labelled \"simulated GPU (model)\"):"
@@ -292,7 +320,7 @@ bench:
 	@$(if $(HAVE_CUDA),echo; $(B)/gpu_bench $(if $(QUICK),--quick),echo "(no CUDA toolkit at $(CUDA_HOME): the real-GPU benchmark was not built)")
 
 # every file in examples/, host builds always, the CUDA ones with a toolkit
-EXAMPLES := $(B)/demo $(B)/record_files $(B)/checkpoint_resume $(B)/mnist_mlp $(B)/llmc_tokens \
+EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/checkpoint_resume $(B)/mnist_mlp $(B)/llmc_tokens \
 	$(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda)
 examples:
 	@mkdir -p $(B)

@@ -156,6 +156,21 @@
      and cfg.progress, when set, is called every cfg.progress_every
      batches on the thread that calls pf_next.
 
+   YOUR DATA
+
+     Per-worker state: cfg.worker_init returns a pointer each job carries
+     as job->worker_state; cfg.worker_stop frees it on the same thread
+     (when the worker exits, is destroyed, or autotune parks it).
+     Samples of different sizes: pf_job_append(job, bytes) packs them; the
+     batch carries offsets and only the bytes used are copied.
+     Bad samples: pf_job_skip(job, i, why) with cfg.bad_samples SKIP or
+     MARK goes on, listed in the batch (skipped_indices) and counted in
+     pf_stats.skipped, until cfg.bad_limit; the default stops the run.
+     Readers fill the config for you: pf_records_open (fixed-size records
+     in files, a list that may grow each epoch), pf_tokens_open (llm.c's
+     token shards) and pf_tar_open (WebDataset-style tar shards), each
+     with an optional per-sample step (decode, augment).
+
    LICENSE at the end of the file.
 */
 #ifndef PREFETCH_H_INCLUDED
@@ -245,11 +260,19 @@ typedef struct pf_job {
     size_t bytes;              /* load sets the bytes it wrote; default capacity */
     uint64_t rng;              /* seed from (seed, epoch, rank, batch): the same
                                   augmentation whichever worker runs the batch  */
+    void *worker_state;        /* what cfg.worker_init returned on this worker  */
     void *pf__worker;          /* private                                       */
 } pf_job;
 
 /* Fill job->host; return 0 on success, non-zero (best: pf_job_fail) on failure. */
 typedef int (*pf_load_fn)(void *user, pf_job *job);
+
+/* What happens to a sample the load reports bad with pf_job_skip. */
+typedef enum pf_bad_policy {
+    PF_BAD_STOP = 0, /* the batch fails: pf_next returns PF_ERR_LOAD naming it  */
+    PF_BAD_SKIP,     /* the sample is left out of its (packed) batch            */
+    PF_BAD_MARK      /* cfg.bad_marker takes the sample's place                 */
+} pf_bad_policy;
 
 /* Host bookkeeping memory (and the host backend's slots). Both or neither. */
 typedef struct pf_allocator {
@@ -309,6 +332,20 @@ typedef struct pf_config {
                                   load declared sees garbage on a CPU box too,
                                   as it would on a GPU (CUDA copies only
                                   job->bytes)                                 */
+    void *(*worker_init)(void *user, uint32_t worker); /* [none] per-worker
+                                  state: runs on the worker thread before its
+                                  first load (again after autotune parked it);
+                                  each job carries the result as worker_state */
+    void (*worker_stop)(void *user, uint32_t worker, void *state); /* [none]
+                                  on the same thread, once per worker_init: as
+                                  the worker parks, stops or is destroyed      */
+    pf_bad_policy bad_samples; /* [PF_BAD_STOP] a sample pf_job_skip reports    */
+    uint64_t bad_limit;        /* [0 = no limit] with SKIP or MARK: the run
+                                  stops (PF_ERR_LOAD) once more samples than
+                                  this were skipped, counted in batch order    */
+    const void *bad_marker;    /* PF_BAD_MARK: the bytes that replace a bad    */
+    size_t bad_marker_bytes;   /* sample (one sample's worth; kept by pointer,
+                                  valid while the loader lives)               */
 } pf_config;
 
 /* A zeroed config, every field at its default, without a warning in C11,
@@ -329,6 +366,12 @@ typedef struct pf_batch {
     const uint64_t *indices;   /* count sample indices; valid until pf_release  */
     uint32_t count;
     uint64_t rng;              /* the job's rng, for augmentation on the GPU    */
+    const uint64_t *offsets;   /* packed batches (pf_job_append, readers): count
+                                  + 1 byte offsets into data, sample i is
+                                  [offsets[i], offsets[i+1]); host memory.
+                                  NULL when the load wrote the slot itself    */
+    uint32_t skipped;          /* bad samples skipped or marked in this batch  */
+    const uint64_t *skipped_indices; /* their sample indices (skipped of them) */
     /* private: lets pf_release tell a live batch from a stale or foreign one */
     const pf_loader *pf__owner;
     uint64_t pf__ticket;
@@ -358,6 +401,8 @@ typedef struct pf_stats {
     double occupancy;          /* mean fraction of host slots filled and waiting,
                                   seen at each pf_next                           */
     uint32_t workers_active;   /* workers allowed to load now (autotune: its choice) */
+    uint64_t skipped;          /* bad samples skipped or marked (cfg.bad_samples),
+                                  in batches handed on for delivery so far    */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
     uint32_t device_ready, device_held;
     pf_bound bound;
@@ -446,6 +491,127 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size);
    early (its batch is discarded). */
 PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) PF__PRINTF(2, 3);
 PF_API bool pf_job_cancelled(const pf_job *job);
+
+/* Packed batches (samples of different sizes). pf_job_append reserves the
+   next sample's bytes right after the previous one and returns where to
+   write them (NULL: it does not fit in the slot, or every sample is already
+   there; the job has failed, return non-zero). The batch then carries
+   offsets; job->bytes is kept at the bytes used, and only those are copied
+   to the GPU. Append one per sample of job->indices, in order, except the
+   ones pf_job_skip reported. */
+PF_API void *pf_job_append(pf_job *job, size_t bytes);
+
+/* pf_job_skip: sample i (0 .. count-1 of job->indices) is bad. With
+   cfg.bad_samples = PF_BAD_STOP (default) this is pf_job_fail naming the
+   sample, and returns -1: return it. With PF_BAD_SKIP or PF_BAD_MARK it
+   is logged (PF_LOG_WARN), counted, and returns 0: go on with the next
+   sample (do not append this one). SKIP drops it from the batch (count
+   shrinks; needs packed batches, or every sample skipped); MARK puts
+   cfg.bad_marker in its place (packed: in sequence; otherwise at host +
+   i * bad_marker_bytes). The batch lists them in skipped_indices. */
+PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF(3, 4);
+
+/* ---- Readers: your data without a load callback (POSIX: pread) ----------
+
+   Each reader fills the pf_config it is given (load, user, num_samples or
+   num_samples_fn, and batch_bytes when it is 0) and owns what it opened
+   until its close, which goes after pf_destroy. Set cfg.worker_init and
+   cfg.worker_stop (and cfg.user for them) before the open: the reader keeps
+   them and runs them as you would expect. Every batch is packed (offsets);
+   each sample is either the raw bytes, or what your step writes from them:
+   decode, augment. A step returns 0, or the result of pf_job_fail /
+   pf_job_skip(s->job, s->i, ...) to fail or drop the sample. The readers
+   need POSIX: with -std=c11 define _POSIX_C_SOURCE 200809L before the
+   implementation (or build with -std=gnu11, g++, nvcc); without it the
+   opens return PF_ERR_INVALID_ARG saying so. */
+typedef struct pf_part {       /* one named part of a sample (tar: one file) */
+    const char *name;          /* tar: the extension after the key ("jpg", "cls") */
+    const void *data;
+    size_t bytes;
+} pf_part;
+
+typedef struct pf_sample {     /* one sample, for your step                  */
+    uint64_t index;            /* its sample index                           */
+    uint32_t i;                /* its place in job->indices                  */
+    const char *key;           /* tar: the sample's key; else NULL           */
+    const void *data;          /* its bytes (tar: the first part's)          */
+    size_t bytes;
+    const pf_part *parts;      /* tar: every part, in archive order          */
+    uint32_t num_parts;
+    void *out;                 /* where to write the sample into the slot    */
+    size_t out_capacity;       /* the room left there                        */
+    size_t out_bytes;          /* set it to what you wrote [sample_bytes]    */
+    pf_job *job;               /* rng, worker_state (yours), skip and fail   */
+} pf_sample;
+
+typedef int (*pf_step_fn)(void *user, pf_sample *s);
+
+/* Fixed-size records in one or many files. Sample k is the k-th record of
+   the files in order (each file: header_bytes, then records; a partial
+   record at the end is not a sample). A file list that grows: set path_fn
+   instead of paths; it is asked once per epoch as planning starts (k = 0,
+   1, ... until NULL) and each epoch reads the files present then; a file
+   dropped from the list is closed once no batch in flight needs it. An
+   epoch resumed from a checkpoint reads the files listed when it resumes
+   (its size is the token's: keep the files it had). */
+typedef struct pf_records_config {
+    const char *const *paths;  /* the files, in order ...                    */
+    uint32_t num_paths;
+    const char *(*path_fn)(void *user, uint64_t epoch, uint32_t k); /* ... or
+                                  a list asked each epoch (user: this user)  */
+    size_t record_bytes;       /* required                                   */
+    size_t header_bytes;       /* [0] skipped at the start of every file      */
+    bool direct;               /* [false] O_DIRECT: past the page cache, read
+                                  4096-aligned through a per-worker buffer
+                                  (falls back to buffered reads, logged, where
+                                  the file system refuses it)                 */
+    pf_step_fn step;           /* [none: the raw records]                    */
+    void *user;                /* for step and path_fn                       */
+    size_t sample_bytes;       /* [record_bytes] what step writes per sample  */
+    uint32_t max_files;        /* [4096] the most files path_fn may list     */
+} pf_records_config;
+typedef struct pf_records pf_records;
+PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf_records **out);
+PF_API void pf_records_close(pf_records *r); /* after pf_destroy; NULL is fine */
+
+/* llm.c's token shards: a header of 256 int32 (magic 20240520, version 1,
+   token count), then uint16 tokens. One sample is one training step of
+   this rank: B*T+1 tokens (inputs are the first B*T, targets the last B*T)
+   read exactly as llm.c's DataLoader does: shards in the order given, in
+   each floor((ntok - 1) / (world * B * T)) steps, step k of rank r at token
+   (k * world + r) * B * T. The reader takes cfg->rank and cfg->world_size
+   (pf_shard_from_env) and sets them to 0 and 1: every rank runs the same
+   sample order over its own tokens. Unshuffled, like llm.c, unless you set
+   cfg.shuffle. Every shard is checked at open. */
+typedef struct pf_tokens_config {
+    const char *const *paths;  /* the shards, in order (llm.c: sorted glob)  */
+    uint32_t num_paths;
+    uint32_t B, T;             /* required                                   */
+    pf_step_fn step;           /* [none: the raw uint16 tokens]              */
+    void *user;
+    size_t sample_bytes;       /* [(B*T+1)*2] what step writes per sample     */
+} pf_tokens_config;
+typedef struct pf_tokens pf_tokens;
+PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_tokens **out);
+PF_API void pf_tokens_close(pf_tokens *t);
+
+/* Tar shards of files, grouped like WebDataset: consecutive files with the
+   same key (the path up to the first dot of its last component) are one
+   sample, its parts named by the rest ("KEY.jpg" + "KEY.cls"). ustar, pax
+   (path, size) and GNU long names; indexed once at open (headers only).
+   Without a step a sample is its parts' bytes back to back. */
+typedef struct pf_tar_config {
+    const char *const *paths;  /* the shards, in order                       */
+    uint32_t num_paths;
+    pf_step_fn step;           /* [none: the parts, concatenated]            */
+    void *user;
+    size_t sample_bytes;       /* [0: step sets out_bytes] with a step; the
+                                  slot is batch_size * this when set         */
+} pf_tar_config;
+typedef struct pf_tar pf_tar;
+PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **out);
+PF_API void pf_tar_close(pf_tar *t);
+PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 
 #ifdef __cplusplus
 }
@@ -795,6 +961,14 @@ enum {
     PF__SLOT_COPYING  /* CUDA: its DMA may still read it              */
 };
 
+/* A batch's packed samples and bad ones (see >>samples): 2 * batch_size + 1
+   words, the offsets then the skipped samples' indices. */
+typedef struct pf__samples {
+    uint64_t *mem;
+    bool packed;      /* mem[0 .. count] are the offsets */
+    uint32_t skipped; /* mem[batch_size + 1 ..] lists them */
+} pf__samples;
+
 typedef struct pf__slot {
     pf_loader *owner;
     const pf__plan *plan; /* its epoch's plan, alive until the slot is taken */
@@ -806,6 +980,7 @@ typedef struct pf__slot {
     int state;
     int result; /* PF_OK, or the error a READY slot carries */
     char *msg;  /* PF__MSG_SIZE bytes: the failure message  */
+    pf__samples sm;
 } pf__slot;
 
 typedef struct pf__worker {
@@ -814,6 +989,13 @@ typedef struct pf__worker {
     pf__thread thread;
     bool failed;            /* pf_job_fail was called for the current job */
     char msg[PF__MSG_SIZE]; /* pf_job_fail writes here */
+    void *state;            /* cfg.worker_init's answer (>>worker state)  */
+    bool live;              /* worker_init ran, worker_stop is owed       */
+    pf__slot *slot;         /* the current job's slot (>>samples)         */
+    uint32_t appends, nskip;
+    size_t used;
+    bool pack;              /* a reader runs the job: the batch is packed */
+    bool refused;           /* pf_job_append or pf_job_skip failed the job */
 } pf__worker;
 
 /* A checkpoint token, read (see >>resume). */
@@ -859,6 +1041,7 @@ typedef struct pf__dslot {
     uint32_t count;
     uint64_t seq;  /* the batch's place in staging order (from 1)       */
     bool landed;   /* the retirer saw this seq's copy complete          */
+    pf__samples sm; /* travels with the indices                         */
     int state; /* PF__SLOT_FREE, PF__SLOT_READY (queued), PF__SLOT_HELD */
 } pf__dslot;
 
@@ -998,6 +1181,7 @@ struct pf_loader {
     uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
     uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns, st_wait_gpu_ns;
     uint64_t st_load_ns, st_worker_wait_ns, st_ready_sum;
+    uint64_t st_skipped;   /* bad samples in batches taken (>>samples) */
     uint32_t st_waiters;   /* pf_next calls waiting: their waits are counted once */
     uint64_t st_wait_since;
 
@@ -1005,6 +1189,14 @@ struct pf_loader {
     pf__cuda cu;
 #endif
 };
+
+/* Defined in >>samples and >>worker state, after the core. */
+static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
+static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
+static void pf__skip_account(pf_loader *l, pf__slot *s);
+static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm);
+static void pf__worker_up(pf_loader *l, pf__worker *w);
+static void pf__worker_down(pf_loader *l, pf__worker *w);
 
 /* Backend dispatch: every public call picks its backend once, here, and
    calls fn_host or fn_cuda; shared code never asks which backend it is on. */
@@ -1134,6 +1326,13 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
     if (c->shuffle_block > 1 && !c->shuffle)
         PF__BAD("cfg.shuffle_block is %u but cfg.shuffle is false: a block shuffle is a shuffle; set both",
                 (unsigned)c->shuffle_block);
+    if (c->bad_samples != PF_BAD_STOP && c->bad_samples != PF_BAD_SKIP && c->bad_samples != PF_BAD_MARK)
+        PF__BAD("cfg.bad_samples is %d: must be PF_BAD_STOP (0), PF_BAD_SKIP (1) or PF_BAD_MARK (2)",
+                (int)c->bad_samples);
+    if (c->bad_samples == PF_BAD_MARK && (!c->bad_marker || !c->bad_marker_bytes))
+        PF__BAD("cfg.bad_samples is PF_BAD_MARK but cfg.bad_marker is %s and cfg.bad_marker_bytes is %llu: set "
+                "both (the bytes that replace a bad sample)", c->bad_marker ? "set" : "NULL",
+                (unsigned long long)c->bad_marker_bytes);
     if (pf__slots_overflow(c->batch_bytes, c->host_slots)) /* device_slots: once the CUDA backend is chosen */
         PF__BAD("cfg.batch_bytes is %llu: host_slots (%u) slots of it do not fit in memory",
                 (unsigned long long)c->batch_bytes, (unsigned)c->host_slots);
@@ -1401,6 +1600,7 @@ static int pf__take(pf_loader *l, pf__slot **out) {
     }
     l->nready--;
     pf__wake_workers(l, false);
+    if (s->result == PF_OK && s->sm.skipped) pf__skip_account(l, s);
     if (s->result != PF_OK) {
         int code = s->result;
         pf__set_error(l, code, PF__BY_LOAD, false, s->epoch, s->batch, "%s", s->msg);
@@ -1644,6 +1844,7 @@ static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) 
     job->bytes = l->cfg.batch_bytes;
     job->rng = s->rng;
     job->pf__worker = w;
+    pf__job_begin(l, s, w, job);
 }
 
 /* A library thread's setup for its backend (CUDA: the loader's device). */
@@ -1677,6 +1878,12 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         int rc, claim = pf__claim(l, w, now, &s);
         if (claim == PF__CLAIM_DONE) break;
         if (claim == PF__CLAIM_PARKED) { /* until autotune wants this worker again */
+            if (w->live) { /* its state goes while it is parked, on its own thread */
+                pf__unlock_wake(l);
+                pf__worker_down(l, w);
+                pf__lock(&l->mu);
+                continue;
+            }
             pf__wait(l, PF__ROLE_PARKED, NULL);
             now = pf__now_ns();
             continue;
@@ -1689,6 +1896,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             continue;
         }
         pf__unlock_wake(l);
+        pf__worker_up(l, w);
         pf__fill_job(l, s, w, &job);
         w->msg[0] = '\0';
         w->failed = false;
@@ -1709,6 +1917,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
                        (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
                        (unsigned long long)job.bytes, (unsigned long long)job.capacity);
             s->result = PF_ERR_LOAD;
+        } else {
+            pf__job_end(l, s, w, &job);
         }
         s->bytes = job.bytes;
         if (s->result != PF_OK && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
@@ -1717,6 +1927,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         pf__publish(l, s);
     }
     pf__unlock_wake(l);
+    pf__worker_down(l, w);
     PF__THREAD_RETURN;
 }
 
@@ -1811,6 +2022,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
             pf__note_delivery(l, s->epoch, s->batch, s->nbatches, s->count, s->bytes, s->n);
             pf__fill_batch(l, out, s->data, s->bytes, s->epoch, s->batch, s->indices, s->count, s->rng, s->ticket,
                            s->index);
+            pf__batch_samples(l, out, &s->sm);
             return PF_OK;
         }
         if (r == PF_END_OF_EPOCH) {
@@ -2249,6 +2461,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         swap = ds->indices; /* the batch's indices travel with it, no copy */
         ds->indices = s->indices;
         s->indices = swap;
+        { pf__samples t = ds->sm; ds->sm = s->sm; s->sm = t; }
         s->state = PF__SLOT_COPYING;
         pf__unlock_wake(l);
         PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->epoch, (unsigned long long)ds->batch);
@@ -2430,6 +2643,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes, ds->n);
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
                            ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
+            pf__batch_samples(l, out, &ds->sm);
             return PF_OK;
         }
         /* nothing staged: with every device slot held, nothing can be */
@@ -3074,7 +3288,7 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
 
 static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
     pf__layout lay = {0, false};
-    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip;
+    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples;
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
     uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
     /* unordered: the lead cap and done set span what this backend can have
@@ -3106,6 +3320,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
     o_ckdone = pf__reserve(&lay, ck_win, 1);
     o_skip = pf__reserve(&lay, rs0.nskip, sizeof(uint64_t));
+    o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
 #ifdef PREFETCH_CUDA
     if (dslots) {
         o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
@@ -3157,6 +3372,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         s->index = i;
         s->indices = l->index_mem + (size_t)i * c->batch_size;
         s->msg = l->msgs + (size_t)i * PF__MSG_SIZE;
+        s->sm.mem = (uint64_t *)(base + o_samples) + (size_t)i * (2 * (size_t)c->batch_size + 1);
         l->free_stack[i] = nslots - 1 - i; /* slot 0 on top */
     }
     l->nfree = nslots;
@@ -3180,6 +3396,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
             cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
+            cu->dslots[i].sm.mem = (uint64_t *)(base + o_samples) + (size_t)(nslots + i) * (2 * (size_t)c->batch_size + 1);
             cu->dfree[i] = i;
         }
         cu->dfree_count = dslots;
@@ -3372,6 +3589,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->backend = l->backend;
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->active;
+    out->skipped = l->st_skipped;
     out->host_slots = l->nslots;
     out->device_slots = 0; /* the backend's part below */
     out->epoch = l->cons_epoch;
@@ -3442,6 +3660,1336 @@ PF_API bool pf_job_cancelled(const pf_job *job) {
     const pf__worker *w = job ? (const pf__worker *)job->pf__worker : NULL;
     return w ? PF__LOAD_FLAG(&w->owner->stopping) != 0 : false;
 }
+
+/* >>worker state ---------------------------------------------------------- */
+/* cfg.worker_init runs lazily, on the worker's own thread, just before the
+   first load it will run (so a worker autotune never wakes makes nothing);
+   cfg.worker_stop runs on the same thread when the worker parks, stops or
+   is destroyed. Exactly one stop per init. No lock held. */
+static void pf__worker_up(pf_loader *l, pf__worker *w) {
+    if (w->live || (!l->cfg.worker_init && !l->cfg.worker_stop)) return;
+    w->state = l->cfg.worker_init ? l->cfg.worker_init(l->cfg.user, w->id) : NULL;
+    w->live = true;
+}
+
+static void pf__worker_down(pf_loader *l, pf__worker *w) {
+    if (!w->live) return;
+    w->live = false;
+    if (l->cfg.worker_stop) l->cfg.worker_stop(l->cfg.user, w->id, w->state);
+    w->state = NULL;
+}
+
+/* >>samples --------------------------------------------------------------- */
+/* Packed batches and bad samples. While a load runs its worker keeps the
+   append cursor (appends, used) and the bad samples' positions (in the
+   slot's skip list); pf__job_end then settles the batch on the worker
+   thread: sorts the positions, checks that every sample was appended or
+   skipped, drops (SKIP) or inserts markers (MARK, moving the packed bytes
+   up from the end), and turns positions into sample indices. Everything it
+   decides depends on the batch alone, never on timing: the same batches
+   with the same skips on every run, and a resumed run (its token counts
+   batches, not samples) sees the same. The limit is applied where batches
+   are taken in order (pf__skip_account), so the run stops at the same
+   batch every time. */
+static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
+    (void)l;
+    w->slot = s;
+    w->appends = w->nskip = 0;
+    w->used = 0;
+    w->pack = w->refused = false;
+    s->sm.packed = false;
+    s->sm.skipped = 0;
+    s->sm.mem[0] = 0;
+    job->worker_state = w->state;
+}
+
+static void pf__sort_u64(uint64_t *v, uint32_t n) { /* insertion sort: a few bad samples */
+    uint32_t i, j;
+    for (i = 1; i < n; i++) {
+        uint64_t x = v[i];
+        for (j = i; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
+    }
+}
+
+#define PF__JOB_BAD(...) \
+    do { pf__format(s->msg, PF__MSG_SIZE, __VA_ARGS__); s->result = PF_ERR_LOAD; return; } while (0)
+
+static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
+    uint64_t *off = s->sm.mem, *bad = s->sm.mem + l->cfg.batch_size + 1;
+    uint32_t n = w->nskip, count = s->count, i, k, b;
+    size_t mb = l->cfg.bad_marker_bytes;
+    const unsigned char *marker = (const unsigned char *)l->cfg.bad_marker;
+    unsigned char *host = s->data;
+    if (w->refused) /* pf_job_skip under PF_BAD_STOP, or pf_job_append, and the load went on */
+        PF__JOB_BAD("load failed for epoch %llu batch %llu (worker %u): %s", (unsigned long long)s->epoch,
+                    (unsigned long long)s->batch, (unsigned)w->id, w->msg);
+    if (!w->appends && !n && !w->pack) return; /* the load wrote the slot itself */
+    pf__sort_u64(bad, n);
+    if (w->appends || w->pack) {
+        if (w->appends + n != count)
+            PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) appended %u samples and skipped %u, for a "
+                        "batch of %u: append each sample that is not skipped", (unsigned long long)s->epoch,
+                        (unsigned long long)s->batch, (unsigned)w->id, (unsigned)w->appends, (unsigned)n,
+                        (unsigned)count);
+        if (n && l->cfg.bad_samples == PF_BAD_MARK) {
+            size_t end = w->used + (size_t)n * mb;
+            if (end > job->capacity || end < w->used)
+                PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): %u bad samples' markers (%llu bytes each) "
+                            "do not fit in the slot after %llu bytes of samples (cfg.batch_bytes %llu)",
+                            (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                            (unsigned)n, (unsigned long long)mb, (unsigned long long)w->used,
+                            (unsigned long long)job->capacity);
+            /* from the end: sample k-1 of the appended ones moves up to its
+               place i; off[i+1] is written only after off[k] was read (i >= k-1) */
+            for (i = count, k = w->appends, b = n; i-- > 0;) {
+                size_t start;
+                if (b && bad[b - 1] == i) {
+                    start = end - mb;
+                    memcpy(host + start, marker, mb);
+                    b--;
+                } else {
+                    size_t len = (size_t)(off[k] - off[k - 1]);
+                    start = end - len;
+                    memmove(host + start, host + off[k - 1], len);
+                    k--;
+                }
+                off[i + 1] = end;
+                end = start;
+            }
+            off[0] = 0;
+            job->bytes = w->used + (size_t)n * mb;
+        } else {
+            job->bytes = w->used;
+        }
+        s->sm.packed = true;
+    } else if (l->cfg.bad_samples == PF_BAD_MARK) { /* fixed-size samples: the marker is one */
+        for (i = 0; i < n; i++) {
+            if ((bad[i] + 1) * mb > job->capacity)
+                PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): the marker for sample %llu would end at "
+                            "byte %llu, past the slot (cfg.batch_bytes %llu)", (unsigned long long)s->epoch,
+                            (unsigned long long)s->batch, (unsigned)w->id, (unsigned long long)bad[i],
+                            (unsigned long long)((bad[i] + 1) * mb), (unsigned long long)job->capacity);
+            memcpy(host + bad[i] * mb, marker, mb);
+        }
+    } else if (n == count) { /* SKIP, every sample bad: an empty batch */
+        s->sm.packed = true;
+        job->bytes = 0;
+    } else {
+        PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) skipped %u of %u samples but wrote the slot itself: "
+                    "PF_BAD_SKIP drops samples from packed batches; write them with pf_job_append (or use "
+                    "PF_BAD_MARK)", (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                    (unsigned)n, (unsigned)count);
+    }
+    /* positions to sample indices; SKIP: the batch keeps the others, in order */
+    if (l->cfg.bad_samples == PF_BAD_SKIP) {
+        uint32_t j;
+        for (i = 0, j = 0, b = 0; i < count; i++) {
+            if (b < n && bad[b] == i) bad[b++] = s->indices[i];
+            else s->indices[j++] = s->indices[i];
+        }
+        s->count = count - n;
+    } else {
+        for (i = 0; i < n; i++) bad[i] = s->indices[bad[i]];
+    }
+    s->sm.skipped = n;
+}
+#undef PF__JOB_BAD
+
+/* A batch with bad samples is taken, in batch order (lock held): count
+   them; past cfg.bad_limit the batch fails instead. */
+static void pf__skip_account(pf_loader *l, pf__slot *s) {
+    l->st_skipped += s->sm.skipped;
+    if (l->cfg.bad_limit && l->st_skipped > l->cfg.bad_limit) {
+        char first[PF__MSG_SIZE];
+        memcpy(first, s->msg, sizeof first);
+        pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu: %llu bad samples so far, more than cfg.bad_limit "
+                   "(%llu); this batch's first: %s", (unsigned long long)s->epoch, (unsigned long long)s->batch,
+                   (unsigned long long)l->st_skipped, (unsigned long long)l->cfg.bad_limit, first);
+        s->result = PF_ERR_LOAD;
+    }
+}
+
+static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm) {
+    out->offsets = sm->packed ? sm->mem : NULL;
+    out->skipped = sm->skipped;
+    out->skipped_indices = sm->skipped ? sm->mem + l->cfg.batch_size + 1 : NULL;
+}
+
+PF_API void *pf_job_append(pf_job *job, size_t bytes) {
+    pf__worker *w = job ? (pf__worker *)job->pf__worker : NULL;
+    pf__slot *s;
+    uint64_t *off;
+    size_t at;
+    if (!w) return NULL;
+    s = w->slot;
+    off = s->sm.mem;
+    at = w->used;
+    if (w->appends + w->nskip >= job->count) {
+        pf_job_fail(job, "pf_job_append: the batch has %u samples and all of them were already appended or "
+                    "skipped", (unsigned)job->count);
+        w->refused = true;
+        return NULL;
+    }
+    if (bytes > job->capacity - at) {
+        w->refused = true;
+        pf_job_fail(job, "pf_job_append: sample %u of %llu bytes does not fit: %llu of the slot's %llu bytes "
+                    "(cfg.batch_bytes) are used", (unsigned)(w->appends + w->nskip), (unsigned long long)bytes,
+                    (unsigned long long)at, (unsigned long long)job->capacity);
+        return NULL;
+    }
+    off[w->appends] = at;
+    off[++w->appends] = at + bytes;
+    w->used = at + bytes;
+    job->bytes = w->used;
+    return (unsigned char *)job->host + at;
+}
+
+PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
+    pf__worker *w = job ? (pf__worker *)job->pf__worker : NULL;
+    pf_loader *l;
+    pf__slot *s;
+    char why[PF__MSG_SIZE], msg[PF__MSG_SIZE];
+    uint64_t *bad;
+    uint32_t k;
+    va_list ap;
+    if (!w) return -1;
+    l = w->owner;
+    s = w->slot;
+    why[0] = '\0';
+    if (fmt) {
+        va_start(ap, fmt);
+        pf__vformat(why, sizeof why, fmt, ap);
+        va_end(ap);
+    }
+    if (i >= job->count || l->cfg.bad_samples == PF_BAD_STOP) w->refused = true;
+    if (i >= job->count)
+        return pf_job_fail(job, "pf_job_skip: sample %u is out of range (the batch has %u samples)", (unsigned)i,
+                           (unsigned)job->count);
+    pf__format(msg, sizeof msg, "bad sample %u (index %llu) of epoch %llu batch %llu: %s", (unsigned)i,
+               (unsigned long long)job->indices[i], (unsigned long long)job->epoch, (unsigned long long)job->batch,
+               why[0] ? why : "(no reason given)");
+    if (l->cfg.bad_samples == PF_BAD_STOP) return pf_job_fail(job, "%s", msg);
+    bad = s->sm.mem + l->cfg.batch_size + 1;
+    for (k = 0; k < w->nskip; k++)
+        if (bad[k] == i) return 0; /* reported twice: once is enough */
+    if (w->appends + w->nskip >= job->count) {
+        w->refused = true;
+        return pf_job_fail(job, "pf_job_skip: sample %u: all %u samples were already appended or skipped",
+                           (unsigned)i, (unsigned)job->count);
+    }
+    if (!w->nskip) memcpy(s->msg, msg, sizeof msg); /* quoted if the limit stops the run */
+    bad[w->nskip++] = i;
+    pf__log(&l->cfg, PF_LOG_WARN, "%s (%s)", msg, l->cfg.bad_samples == PF_BAD_SKIP ? "skipped" : "marked");
+    return 0;
+}
+
+/* >>readers --------------------------------------------------------------- */
+/* What the three readers share: they are a load callback over the core
+   (cfg.user is the reader), a per-worker buffer made and freed on the
+   worker's thread through worker_init/worker_stop (the caller's own hooks
+   run inside them, with the caller's user), and pf__rd_step, which hands
+   one sample to the caller's step at the slot's append cursor. POSIX only
+   (pread, open, fstat): elsewhere the readers are declared, not defined. */
+#if !defined(PREFETCH_NO_READERS) && ((defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 200809L) || \
+                                      defined(_GNU_SOURCE) || defined(__APPLE__))
+#define PF__READERS 1
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(O_DIRECT)
+#define PF__O_DIRECT O_DIRECT
+#elif defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+#define PF__O_DIRECT 040000 /* <fcntl.h> shows O_DIRECT only with _GNU_SOURCE */
+#elif defined(__linux__) && defined(__aarch64__)
+#define PF__O_DIRECT 0200000
+#else
+#define PF__O_DIRECT 0 /* not here: direct reads fall back to buffered ones */
+#endif
+#define PF__RD_ALIGN 4096u /* O_DIRECT: offsets, lengths and buffers */
+
+typedef struct pf__rd {
+    pf_step_fn step;
+    void *step_user;
+    size_t sample_bytes;
+    size_t buf_bytes; /* per-worker buffer, PF__RD_ALIGN-aligned (0: none) */
+    void *user;       /* the caller's cfg.user and hooks, run inside ours */
+    void *(*user_init)(void *user, uint32_t worker);
+    void (*user_stop)(void *user, uint32_t worker, void *state);
+    void (*user_start)(void *user, uint32_t worker);
+    void (*log)(void *log_user, int level, const char *msg);
+    void *log_user;
+} pf__rd;
+
+typedef struct pf__rd_ws { /* a worker's: its buffer, and the caller's state */
+    void *raw;
+    unsigned char *buf;
+    void *user_state;
+} pf__rd_ws;
+
+static void *pf__rd_init(void *user, uint32_t worker) {
+    pf__rd *rd = (pf__rd *)user;
+    pf__rd_ws *ws = (pf__rd_ws *)calloc(1, sizeof *ws);
+    if (!ws) return NULL; /* the load says so; the caller's init is not run */
+    if (rd->buf_bytes) {
+        ws->raw = malloc(rd->buf_bytes + PF__RD_ALIGN);
+        if (ws->raw)
+            ws->buf = (unsigned char *)ws->raw + (PF__RD_ALIGN - (uintptr_t)ws->raw % PF__RD_ALIGN) % PF__RD_ALIGN;
+    }
+    if (rd->user_init) ws->user_state = rd->user_init(rd->user, worker);
+    return ws;
+}
+
+static void pf__rd_stop(void *user, uint32_t worker, void *state) {
+    pf__rd *rd = (pf__rd *)user;
+    pf__rd_ws *ws = (pf__rd_ws *)state;
+    if (!ws) return;
+    if (rd->user_stop) rd->user_stop(rd->user, worker, ws->user_state);
+    free(ws->raw);
+    free(ws);
+}
+
+static void pf__rd_start(void *user, uint32_t worker) {
+    pf__rd *rd = (pf__rd *)user;
+    rd->user_start(rd->user, worker);
+}
+
+static void pf__rd_log(const pf__rd *rd, int level, const char *fmt, ...) PF__PRINTF(3, 4);
+static void pf__rd_log(const pf__rd *rd, int level, const char *fmt, ...) {
+    char msg[PF__MSG_SIZE];
+    va_list ap;
+    if (!rd->log) return;
+    va_start(ap, fmt);
+    pf__vformat(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rd->log(rd->log_user, level, msg);
+}
+
+/* The open's checks shared by every reader; `who` names it. */
+static pf_result pf__rd_check(const void *rc, const pf_config *cfg, const void *out, const char *who) {
+    char *why = pf__create_error;
+    size_t n = sizeof pf__create_error;
+    why[0] = '\0';
+    if (!rc) return (pf__format(why, n, "%s_open: its config is NULL", who), PF_ERR_INVALID_ARG);
+    if (!cfg) return (pf__format(why, n, "%s_open: cfg is NULL", who), PF_ERR_INVALID_ARG);
+    if (!out) return (pf__format(why, n, "%s_open: out is NULL", who), PF_ERR_INVALID_ARG);
+    if (cfg->load)
+        return (pf__format(why, n, "%s_open: cfg.load is set: the reader is the load (use its step for your "
+                                   "per-sample work)", who), PF_ERR_INVALID_ARG);
+    if (cfg->num_samples || cfg->num_samples_fn)
+        return (pf__format(why, n, "%s_open: cfg.num_samples or cfg.num_samples_fn is set: the reader counts the "
+                                   "samples", who), PF_ERR_INVALID_ARG);
+    return PF_OK;
+}
+
+/* Take over cfg: the reader is its load and user; the caller's hooks run
+   inside the reader's. batch_bytes: batch_size samples of `sample` bytes
+   when the caller left it 0 (0 sample: the caller must set it). */
+static pf_result pf__rd_attach(pf__rd *rd, pf_config *cfg, pf_load_fn load, size_t sample, const char *who) {
+    rd->user = cfg->user;
+    rd->user_init = cfg->worker_init;
+    rd->user_stop = cfg->worker_stop;
+    rd->user_start = cfg->on_worker_start;
+    rd->log = cfg->log;
+    rd->log_user = cfg->log_user;
+    if (!cfg->batch_bytes) {
+        uint32_t bs = cfg->batch_size ? cfg->batch_size : 1;
+        if (!sample)
+            return (pf__format(pf__create_error, sizeof pf__create_error,
+                               "%s_open: cfg.batch_bytes is 0 and samples have no fixed size: set cfg.batch_bytes "
+                               "(or sample_bytes)", who), PF_ERR_INVALID_ARG);
+        if (sample > SIZE_MAX / bs)
+            return (pf__format(pf__create_error, sizeof pf__create_error,
+                               "%s_open: batch_size %u samples of %llu bytes do not fit in memory", who,
+                               (unsigned)bs, (unsigned long long)sample), PF_ERR_INVALID_ARG);
+        cfg->batch_bytes = (size_t)bs * sample;
+    }
+    cfg->load = load;
+    cfg->user = rd;
+    cfg->worker_init = pf__rd_init;
+    cfg->worker_stop = pf__rd_stop;
+    if (cfg->on_worker_start) cfg->on_worker_start = pf__rd_start;
+    return PF_OK;
+}
+
+/* The job's buffer; the job then carries the caller's own state. */
+static pf__rd_ws *pf__rd_begin(const pf__rd *rd, pf_job *job) {
+    pf__rd_ws *ws = (pf__rd_ws *)job->worker_state;
+    if (!ws || (rd->buf_bytes && !ws->buf)) {
+        pf_job_fail(job, "reader: no memory for worker %u's %llu-byte read buffer", (unsigned)job->worker,
+                    (unsigned long long)rd->buf_bytes);
+        return NULL;
+    }
+    ((pf__worker *)job->pf__worker)->pack = true;
+    job->worker_state = ws->user_state;
+    return ws;
+}
+
+/* One sample through the caller's step, written at the append cursor.
+   0, or -1 with the job failed. A sample the step skipped is not appended. */
+static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
+    pf__worker *w = (pf__worker *)job->pf__worker;
+    uint32_t nskip = w->nskip;
+    int rc;
+    smp->out = (unsigned char *)job->host + w->used;
+    smp->out_capacity = job->capacity - w->used;
+    smp->out_bytes = rd->sample_bytes;
+    smp->job = job;
+    rc = rd->step(rd->step_user, smp);
+    if (rc != 0) {
+        if (!w->failed)
+            pf_job_fail(job, "the step returned %d for sample %u (index %llu) without pf_job_fail", rc,
+                        (unsigned)smp->i, (unsigned long long)smp->index);
+        return -1;
+    }
+    if (w->nskip != nskip) return 0;
+    if (smp->out_bytes > smp->out_capacity)
+        return pf_job_fail(job, "the step says it wrote %llu bytes for sample %u (index %llu), more than the %llu "
+                           "left in the slot (cfg.batch_bytes)", (unsigned long long)smp->out_bytes,
+                           (unsigned)smp->i, (unsigned long long)smp->index,
+                           (unsigned long long)smp->out_capacity);
+    return pf_job_append(job, smp->out_bytes) ? 0 : -1;
+}
+
+/* pread until n bytes, end of file or an error: the bytes read, or -1. */
+static long long pf__pread_full(int fd, void *buf, size_t n, uint64_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (unsigned char *)buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (long long)got;
+}
+
+/* O_DIRECT: len bytes at off into dst, through buf (bufsize, aligned) in
+   aligned reads. 0, or -1 (short or failed). */
+static int pf__pread_direct(int fd, unsigned char *buf, size_t bufsize, unsigned char *dst, size_t len, uint64_t off) {
+    while (len) {
+        uint64_t a0 = off & ~(uint64_t)(PF__RD_ALIGN - 1);
+        size_t skew = (size_t)(off - a0), take = len < bufsize - skew ? len : bufsize - skew;
+        size_t span = (skew + take + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
+        long long got = pf__pread_full(fd, buf, span, a0);
+        if (got < (long long)(skew + take)) return -1;
+        memcpy(dst, buf + skew, take);
+        dst += take;
+        off += take;
+        len -= take;
+    }
+    return 0;
+}
+
+static char *pf__strdup(const char *p) {
+    size_t n = strlen(p) + 1;
+    char *d = (char *)malloc(n);
+    if (d) memcpy(d, p, n);
+    return d;
+}
+
+/* >>records --------------------------------------------------------------- */
+/* A view is one epoch's file list: the files, and the first sample of each.
+   Static lists have one view for every epoch. A growing list (path_fn)
+   keeps `keep` views in a ring by epoch: a batch of epoch e can still be
+   claimed, not yet loaded, while at most host_slots + 2 later epochs are
+   planned (the core's plan ring), so keep = host_slots + 3 never drops a
+   view a load may still need. Files are shared between views by path,
+   counted, and closed when no view holds them. */
+typedef struct pf__rec_file {
+    char *path;
+    int fd;
+    uint32_t refs;
+} pf__rec_file;
+
+typedef struct pf__rec_view {
+    uint64_t epoch;
+    bool used;
+    uint32_t n;
+    pf__rec_file **files;
+    uint64_t *first; /* n + 1: sample index of each file's first record, then the total */
+} pf__rec_view;
+
+struct pf_records {
+    pf__rd rd; /* first: cfg.user points here */
+    pf_records_config c;
+    pf__mutex mu;
+    bool mu_ok, direct;
+    pf__rec_file **cache;
+    uint32_t ncache, cache_cap;
+    pf__rec_view *views;
+    uint32_t keep;
+};
+
+static void pf__rec_unref(pf_records *r, pf__rec_file *f) {
+    uint32_t i;
+    if (--f->refs) return;
+    for (i = 0; i < r->ncache; i++)
+        if (r->cache[i] == f) {
+            r->cache[i] = r->cache[--r->ncache];
+            break;
+        }
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+    free(f);
+}
+
+static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
+    uint32_t i;
+    for (i = 0; i < v->n; i++) pf__rec_unref(r, v->files[i]);
+    v->n = 0;
+    v->used = false;
+}
+
+/* The file at path, opened once (refs counted by the caller). NULL, and
+   why, when it cannot be opened. */
+static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
+    uint32_t i;
+    pf__rec_file *f;
+    int fd;
+    for (i = 0; i < r->ncache; i++)
+        if (strcmp(r->cache[i]->path, path) == 0) return r->cache[i];
+    if (r->ncache == r->cache_cap) {
+        pf__format(why, n, "too many files open at once (%u) to open %s", (unsigned)r->cache_cap, path);
+        return NULL;
+    }
+    fd = open(path, O_RDONLY | (r->direct ? PF__O_DIRECT : 0));
+    if (fd < 0 && r->direct && errno == EINVAL) { /* this file system refuses O_DIRECT */
+        r->direct = false;
+        pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: %s refuses O_DIRECT; reading through the page cache", path);
+        fd = open(path, O_RDONLY);
+    }
+    if (fd < 0) {
+        pf__format(why, n, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    f = (pf__rec_file *)calloc(1, sizeof *f);
+    if (f) f->path = pf__strdup(path);
+    if (!f || !f->path) {
+        close(fd);
+        free(f);
+        pf__format(why, n, "out of memory opening %s", path);
+        return NULL;
+    }
+    f->fd = fd;
+    r->cache[r->ncache++] = f;
+    return f;
+}
+
+/* Fill v from the path list (strict: a file that cannot be opened or is
+   shorter than its header is an error; else it is left out, as a file
+   evicted between the listing and now). Lock held for growing lists. */
+static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, bool strict, char *why, size_t n) {
+    uint32_t k;
+    v->epoch = epoch;
+    v->n = 0;
+    v->used = true;
+    v->first[0] = 0;
+    for (k = 0;; k++) {
+        const char *path = r->c.path_fn ? r->c.path_fn(r->c.user, epoch, k) : k < r->c.num_paths ? r->c.paths[k] : NULL;
+        pf__rec_file *f;
+        struct stat st;
+        uint64_t size;
+        if (!path) break;
+        if (k >= r->c.max_files) {
+            pf__format(why, n, "pf_records: the file list of epoch %llu has more than max_files (%u) files",
+                       (unsigned long long)epoch, (unsigned)r->c.max_files);
+            if (strict) return PF_ERR_INVALID_ARG;
+            pf__rd_log(&r->rd, PF_LOG_WARN, "%s; the rest are left out", why);
+            break;
+        }
+        f = pf__rec_get(r, path, why, n);
+        if (!f) {
+            if (strict) return PF_ERR_INVALID_ARG;
+            pf__rd_log(&r->rd, PF_LOG_WARN, "pf_records: epoch %llu: %s; left out", (unsigned long long)epoch, why);
+            continue;
+        }
+        f->refs++;
+        if (fstat(f->fd, &st) != 0 || (uint64_t)st.st_size < r->c.header_bytes) {
+            pf__format(why, n, "pf_records: %s is %lld bytes, shorter than header_bytes (%llu)", path,
+                       (long long)st.st_size, (unsigned long long)r->c.header_bytes);
+            pf__rec_unref(r, f);
+            if (strict) return PF_ERR_INVALID_ARG;
+            pf__rd_log(&r->rd, PF_LOG_WARN, "%s; left out", why);
+            continue;
+        }
+        size = (uint64_t)st.st_size - r->c.header_bytes;
+        v->files[v->n] = f;
+        v->first[v->n + 1] = v->first[v->n] + size / r->c.record_bytes;
+        v->n++;
+    }
+    return PF_OK;
+}
+
+/* cfg.num_samples_fn for a growing list: this epoch's view. */
+static uint64_t pf__rec_count(void *user, uint64_t epoch) {
+    pf_records *r = (pf_records *)user;
+    pf__rec_view *v = &r->views[epoch % r->keep];
+    char why[PF__MSG_SIZE];
+    uint64_t total;
+    pf__lock(&r->mu);
+    pf__rec_view_clear(r, v);
+    pf__rec_build(r, v, epoch, false, why, sizeof why);
+    total = v->first[v->n];
+    pf__unlock(&r->mu);
+    return total;
+}
+
+static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last file whose first <= x */
+    uint32_t lo = 0, hi = v->n - 1;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1) / 2;
+        if (v->first[mid] <= x) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* A growing list's view of the job's epoch. Normally built when the epoch
+   was planned; an epoch resumed from a checkpoint keeps the size in its
+   token and is not counted again, so its view is built here, from the
+   files listed now. Under the lock: a view is written only under it. */
+static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
+    pf__rec_view *v = &r->views[epoch % r->keep];
+    char why[PF__MSG_SIZE];
+    if (!r->c.path_fn) return &r->views[0];
+    pf__lock(&r->mu);
+    if (!v->used || v->epoch != epoch) {
+        pf__rec_view_clear(r, v);
+        pf__rec_build(r, v, epoch, false, why, sizeof why);
+    }
+    pf__unlock(&r->mu);
+    return v;
+}
+
+static int pf__rec_load(void *user, pf_job *job) {
+    pf_records *r = (pf_records *)user;
+    pf__rd_ws *ws = pf__rd_begin(&r->rd, job);
+    const pf__rec_view *v = pf__rec_view_of(r, job->epoch);
+    size_t rb = r->c.record_bytes;
+    bool direct = r->direct;
+    uint32_t i = 0;
+    if (!ws) return -1;
+    if (!v->n)
+        return pf_job_fail(job, "pf_records: no file for epoch %llu (path_fn listed none that opened)",
+                           (unsigned long long)job->epoch);
+    while (i < job->count) {
+        uint64_t x = job->indices[i], rec, off;
+        uint32_t f = pf__rec_find(v, x), run = 1, k;
+        const pf__rec_file *file = v->files[f];
+        if (x >= v->first[v->n])
+            return pf_job_fail(job, "pf_records: sample %llu is past the %llu records of epoch %llu",
+                               (unsigned long long)x, (unsigned long long)v->first[v->n],
+                               (unsigned long long)job->epoch);
+        rec = x - v->first[f];
+        off = r->c.header_bytes + rec * rb;
+        if (!r->rd.step) { /* raw: consecutive records of one file in one read, straight into the slot */
+            unsigned char *dst;
+            while (i + run < job->count && job->indices[i + run] == x + run && x + run < v->first[f + 1]) run++;
+            dst = (unsigned char *)pf_job_append(job, rb);
+            for (k = 1; dst && k < run; k++)
+                if (!pf_job_append(job, rb)) dst = NULL;
+            if (!dst) return -1;
+            if (direct ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, (size_t)run * rb, off) != 0
+                       : pf__pread_full(file->fd, dst, (size_t)run * rb, off) != (long long)((size_t)run * rb))
+                return pf_job_fail(job, "pf_records: short read of %u records at record %llu of %s", (unsigned)run,
+                                   (unsigned long long)rec, file->path);
+        } else {
+            pf_sample smp;
+            memset(&smp, 0, sizeof smp);
+            smp.data = ws->buf;
+            if (direct) {
+                uint64_t a0 = off & ~(uint64_t)(PF__RD_ALIGN - 1);
+                size_t span = ((size_t)(off - a0) + rb + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
+                if (pf__pread_full(file->fd, ws->buf, span, a0) < (long long)((size_t)(off - a0) + rb))
+                    return pf_job_fail(job, "pf_records: short read of record %llu of %s", (unsigned long long)rec,
+                                       file->path);
+                smp.data = ws->buf + (off - a0);
+            } else if (pf__pread_full(file->fd, ws->buf, rb, off) != (long long)rb) {
+                return pf_job_fail(job, "pf_records: short read of record %llu of %s", (unsigned long long)rec,
+                                   file->path);
+            }
+            smp.index = x;
+            smp.i = i;
+            smp.bytes = rb;
+            if (pf__rd_step(&r->rd, job, &smp) != 0) return -1;
+        }
+        i += run;
+    }
+    return 0;
+}
+
+PF_API void pf_records_close(pf_records *r) {
+    uint32_t i;
+    if (!r) return;
+    if (r->views)
+        for (i = 0; i < r->keep; i++)
+            if (r->views[i].files) pf__rec_view_clear(r, &r->views[i]);
+    if (r->views)
+        for (i = 0; i < r->keep; i++) {
+            free(r->views[i].files);
+            free(r->views[i].first);
+        }
+    while (r->ncache) { /* none left normally: each view let go of its own */
+        pf__rec_file *f = r->cache[--r->ncache];
+        if (f->fd >= 0) close(f->fd);
+        free(f->path);
+        free(f);
+    }
+    free(r->cache);
+    free(r->views);
+    if (r->mu_ok) pf__mutex_destroy(&r->mu);
+    free(r);
+}
+
+PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf_records **out) {
+    char *why = pf__create_error;
+    size_t n = sizeof pf__create_error;
+    pf_records *r;
+    pf_result res = pf__rd_check(rc, cfg, out, "pf_records");
+    pf_config before;
+    uint32_t i, files;
+    if (res != PF_OK) return res;
+    before = *cfg;
+    *out = NULL;
+    if (!rc->record_bytes) return (pf__format(why, n, "pf_records_open: record_bytes is 0: required"), PF_ERR_INVALID_ARG);
+    if (!rc->paths == !rc->path_fn)
+        return (pf__format(why, n, "pf_records_open: set paths (with num_paths) or path_fn, one of them"),
+                PF_ERR_INVALID_ARG);
+    if (rc->paths && !rc->num_paths)
+        return (pf__format(why, n, "pf_records_open: num_paths is 0: list at least one file"), PF_ERR_INVALID_ARG);
+    for (i = 0; rc->paths && i < rc->num_paths; i++)
+        if (!rc->paths[i]) return (pf__format(why, n, "pf_records_open: paths[%u] is NULL", (unsigned)i), PF_ERR_INVALID_ARG);
+    r = (pf_records *)calloc(1, sizeof *r);
+    if (!r) return (pf__format(why, n, "pf_records_open: out of memory"), PF_ERR_NO_MEMORY);
+    r->c = *rc;
+    if (!r->c.max_files) r->c.max_files = 4096;
+    if (r->c.paths) r->c.max_files = r->c.num_paths;
+    if (!r->c.sample_bytes) r->c.sample_bytes = r->c.step ? r->c.record_bytes : 0;
+    r->direct = r->c.direct && PF__O_DIRECT != 0;
+    r->rd.log = cfg->log;
+    r->rd.log_user = cfg->log_user;
+    if (r->c.direct && !r->direct) pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: no O_DIRECT here; reading through the page cache");
+    r->keep = r->c.path_fn ? pf_config_defaults(cfg).host_slots + 3 : 1;
+    files = r->c.max_files;
+    r->views = (pf__rec_view *)calloc(r->keep, sizeof *r->views);
+    r->cache_cap = r->keep * files; /* every view's files, all different at worst */
+    r->cache = (pf__rec_file **)calloc(r->cache_cap, sizeof *r->cache);
+    if (!r->views || !r->cache) goto no_memory;
+    for (i = 0; i < r->keep; i++) {
+        r->views[i].files = (pf__rec_file **)calloc(files, sizeof(pf__rec_file *));
+        r->views[i].first = (uint64_t *)calloc((size_t)files + 1, sizeof(uint64_t));
+        if (!r->views[i].files || !r->views[i].first) goto no_memory;
+    }
+    if (pf__mutex_init(&r->mu) != 0) {
+        pf_records_close(r);
+        return (pf__format(why, n, "pf_records_open: could not initialise a mutex"), PF_ERR_THREAD);
+    }
+    r->mu_ok = true;
+    r->rd.step = r->c.step;
+    r->rd.step_user = r->c.user;
+    r->rd.sample_bytes = r->c.sample_bytes;
+    if (r->direct) { /* aligned reads of up to a MiB, or of one record and its edges */
+        size_t need = (r->c.record_bytes + 2 * PF__RD_ALIGN) & ~(size_t)(PF__RD_ALIGN - 1);
+        r->rd.buf_bytes = need > ((size_t)1 << 20) ? need : (size_t)1 << 20;
+    } else if (r->c.step) {
+        r->rd.buf_bytes = r->c.record_bytes;
+    }
+    res = pf__rd_attach(&r->rd, cfg, pf__rec_load, r->c.step ? r->c.sample_bytes : r->c.record_bytes, "pf_records");
+    if (res == PF_OK && r->c.paths) {
+        char msg[PF__MSG_SIZE];
+        res = pf__rec_build(r, &r->views[0], 0, true, msg, sizeof msg);
+        if (res != PF_OK) pf__format(why, n, "pf_records_open: %s", msg);
+        else if (!r->views[0].first[r->views[0].n]) {
+            pf__format(why, n, "pf_records_open: the %u files hold no record of %llu bytes (after header_bytes %llu)",
+                       (unsigned)r->c.num_paths, (unsigned long long)r->c.record_bytes,
+                       (unsigned long long)r->c.header_bytes);
+            res = PF_ERR_INVALID_ARG;
+        }
+        cfg->num_samples = r->views[0].first[r->views[0].n];
+    } else if (res == PF_OK) {
+        cfg->num_samples_fn = pf__rec_count;
+    }
+    if (res != PF_OK) {
+        *cfg = before; /* as it was */
+        pf_records_close(r);
+        return res;
+    }
+    *out = r;
+    return PF_OK;
+no_memory:
+    pf_records_close(r);
+    return (pf__format(why, n, "pf_records_open: out of memory for %u files' bookkeeping", (unsigned)files),
+            PF_ERR_NO_MEMORY);
+}
+
+/* >>tokens ---------------------------------------------------------------- */
+/* llm.c's DataLoader, as a reader: sample k of the epoch is the k-th step
+   of this rank over the shards in order, so a run matches llm.c's own
+   batches token for token. */
+#define PF__TOK_MAGIC 20240520
+#define PF__TOK_VERSION 1
+#define PF__TOK_HEADER 1024u /* 256 int32 */
+
+typedef struct pf__tok_shard {
+    char *path;
+    int fd;
+    uint64_t ntok, steps, first;
+} pf__tok_shard;
+
+struct pf_tokens {
+    pf__rd rd; /* first: cfg.user points here */
+    pf__tok_shard *sh;
+    uint32_t n;
+    uint64_t bt, world, rank, total;
+};
+
+static int pf__tok_load(void *user, pf_job *job) {
+    pf_tokens *t = (pf_tokens *)user;
+    pf__rd_ws *ws = pf__rd_begin(&t->rd, job);
+    size_t bytes = (size_t)(t->bt + 1) * 2;
+    uint32_t i;
+    if (!ws) return -1;
+    for (i = 0; i < job->count; i++) {
+        uint64_t x = job->indices[i], k, off;
+        uint32_t lo = 0, hi = t->n - 1;
+        const pf__tok_shard *s;
+        unsigned char *dst;
+        while (lo < hi) { /* the last shard whose first <= x */
+            uint32_t mid = (lo + hi + 1) / 2;
+            if (t->sh[mid].first <= x) lo = mid;
+            else hi = mid - 1;
+        }
+        s = &t->sh[lo];
+        k = x - s->first;
+        off = PF__TOK_HEADER + (k * t->world + t->rank) * t->bt * 2;
+        dst = t->rd.step ? ws->buf : (unsigned char *)pf_job_append(job, bytes);
+        if (!dst) return -1;
+        if (pf__pread_full(s->fd, dst, bytes, off) != (long long)bytes)
+            return pf_job_fail(job, "pf_tokens: %s: short read of step %llu (tokens %llu..%llu of %llu): the shard "
+                               "changed since it was opened", s->path, (unsigned long long)k,
+                               (unsigned long long)((off - PF__TOK_HEADER) / 2),
+                               (unsigned long long)((off - PF__TOK_HEADER) / 2 + t->bt), (unsigned long long)s->ntok);
+        if (t->rd.step) {
+            pf_sample smp;
+            memset(&smp, 0, sizeof smp);
+            smp.index = x;
+            smp.i = i;
+            smp.data = dst;
+            smp.bytes = bytes;
+            if (pf__rd_step(&t->rd, job, &smp) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+PF_API void pf_tokens_close(pf_tokens *t) {
+    uint32_t i;
+    if (!t) return;
+    for (i = 0; t->sh && i < t->n; i++) {
+        if (t->sh[i].fd >= 0) close(t->sh[i].fd);
+        free(t->sh[i].path);
+    }
+    free(t->sh);
+    free(t);
+}
+
+/* One shard's header and size, checked: PF_OK, or why not. */
+static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *path, char *why, size_t n) {
+    int32_t h[256];
+    struct stat st;
+    s->path = pf__strdup(path);
+    s->fd = open(path, O_RDONLY);
+    if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
+    if (s->fd < 0 || fstat(s->fd, &st) != 0)
+        return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path, strerror(errno)),
+                PF_ERR_INVALID_ARG);
+    if (pf__pread_full(s->fd, h, sizeof h, 0) != (long long)sizeof h)
+        return (pf__format(why, n, "pf_tokens_open: shard %s is %lld bytes, shorter than its %u-byte header", path,
+                           (long long)st.st_size, PF__TOK_HEADER), PF_ERR_INVALID_ARG);
+    if (h[0] != PF__TOK_MAGIC)
+        return (pf__format(why, n, "pf_tokens_open: shard %s: bad magic %d (llm.c's is %d)", path, (int)h[0],
+                           PF__TOK_MAGIC), PF_ERR_INVALID_ARG);
+    if (h[1] != PF__TOK_VERSION)
+        return (pf__format(why, n, "pf_tokens_open: shard %s: bad version %d (expected %d)", path, (int)h[1],
+                           PF__TOK_VERSION), PF_ERR_INVALID_ARG);
+    s->ntok = (uint64_t)(uint32_t)h[2];
+    if ((uint64_t)st.st_size != PF__TOK_HEADER + 2 * s->ntok)
+        return (pf__format(why, n, "pf_tokens_open: shard %s is %lld bytes, but its header says %llu tokens (%llu "
+                                   "bytes): truncated or corrupt", path, (long long)st.st_size,
+                           (unsigned long long)s->ntok, (unsigned long long)(PF__TOK_HEADER + 2 * s->ntok)),
+                PF_ERR_INVALID_ARG);
+    s->steps = s->ntok ? (s->ntok - 1) / (t->world * t->bt) : 0;
+    return PF_OK;
+}
+
+PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_tokens **out) {
+    char *why = pf__create_error;
+    size_t n = sizeof pf__create_error;
+    pf_result res = pf__rd_check(tc, cfg, out, "pf_tokens");
+    pf_config before;
+    pf_tokens *t;
+    uint32_t i;
+    if (res != PF_OK) return res;
+    *out = NULL;
+    before = *cfg;
+    if (!tc->B || !tc->T)
+        return (pf__format(why, n, "pf_tokens_open: B is %u and T is %u: both are required (>= 1)", (unsigned)tc->B,
+                           (unsigned)tc->T), PF_ERR_INVALID_ARG);
+    if (!tc->paths || !tc->num_paths)
+        return (pf__format(why, n, "pf_tokens_open: no shards: set paths and num_paths"), PF_ERR_INVALID_ARG);
+    if (cfg->world_size > 1 && cfg->rank >= cfg->world_size)
+        return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u)",
+                           (unsigned)cfg->rank, (unsigned)cfg->world_size), PF_ERR_INVALID_ARG);
+    t = (pf_tokens *)calloc(1, sizeof *t);
+    if (t) t->sh = (pf__tok_shard *)calloc(tc->num_paths, sizeof *t->sh);
+    if (!t || !t->sh) {
+        free(t);
+        return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
+    }
+    t->bt = (uint64_t)tc->B * tc->T;
+    t->world = cfg->world_size ? cfg->world_size : 1;
+    t->rank = cfg->rank;
+    for (i = 0; i < tc->num_paths; i++) t->sh[i].fd = -1;
+    for (i = 0; i < tc->num_paths && res == PF_OK; i++) {
+        if (!tc->paths[i]) {
+            pf__format(why, n, "pf_tokens_open: paths[%u] is NULL", (unsigned)i);
+            res = PF_ERR_INVALID_ARG;
+            break;
+        }
+        t->n++;
+        res = pf__tok_shard_open(t, &t->sh[i], tc->paths[i], why, n);
+        t->sh[i].first = t->total;
+        t->total += t->sh[i].steps;
+    }
+    if (res == PF_OK && !t->total) {
+        pf__format(why, n, "pf_tokens_open: the %u shards hold no step: each needs more than world (%llu) * B * T "
+                   "(%llu) tokens", (unsigned)t->n, (unsigned long long)t->world, (unsigned long long)t->bt);
+        res = PF_ERR_INVALID_ARG;
+    }
+    t->rd.step = tc->step;
+    t->rd.step_user = tc->user;
+    t->rd.sample_bytes = tc->sample_bytes ? tc->sample_bytes : (size_t)(t->bt + 1) * 2;
+    t->rd.buf_bytes = tc->step ? (size_t)(t->bt + 1) * 2 : 0;
+    if (res == PF_OK) res = pf__rd_attach(&t->rd, cfg, pf__tok_load, t->rd.sample_bytes, "pf_tokens");
+    if (res != PF_OK) {
+        *cfg = before;
+        pf_tokens_close(t);
+        return res;
+    }
+    cfg->num_samples = t->total;
+    cfg->rank = 0; /* the reader shards llm.c's way: every rank the same order */
+    cfg->world_size = 1;
+    *out = t;
+    return PF_OK;
+}
+
+/* >>tar ------------------------------------------------------------------- */
+/* The index: every regular file's data (shard, offset, size, extension),
+   and samples as runs of consecutive files with one key. Built at open
+   from the 512-byte headers alone (pread; the data is never read then). */
+typedef struct pf__tar_part {
+    uint64_t off, size;
+    uint32_t name; /* into names: the extension */
+} pf__tar_part;
+
+typedef struct pf__tar_sample {
+    uint64_t first; /* its first part */
+    uint64_t span;  /* bytes from its first part's data to its last part's end */
+    uint64_t bytes; /* its parts' bytes */
+    uint32_t nparts, shard, key;
+} pf__tar_sample;
+
+struct pf_tar {
+    pf__rd rd; /* first: cfg.user points here */
+    char **paths;
+    int *fds;
+    uint32_t nshards;
+    pf__tar_part *parts;
+    uint64_t nparts, parts_cap;
+    pf__tar_sample *samples;
+    uint64_t nsamples, samples_cap;
+    char *names;
+    size_t names_len, names_cap;
+    uint64_t max_span, max_bytes;
+    uint32_t max_parts;
+};
+
+static bool pf__grow(void **p, uint64_t *cap, uint64_t need, size_t elem) {
+    uint64_t c = *cap ? *cap : 64;
+    void *q;
+    if (need <= *cap) return true;
+    while (c < need) c *= 2;
+    if (c > SIZE_MAX / elem) return false;
+    q = realloc(*p, (size_t)(c * elem));
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+static uint32_t pf__tar_name(pf_tar *t, const char *s, size_t len) { /* into the name pool; UINT32_MAX: no memory */
+    uint64_t cap = t->names_cap;
+    size_t at = t->names_len;
+    void *p = t->names;
+    if (!pf__grow(&p, &cap, (uint64_t)at + len + 1, 1) || at + len + 1 > UINT32_MAX) return UINT32_MAX;
+    t->names = (char *)p;
+    t->names_cap = (size_t)cap;
+    memcpy(t->names + at, s, len);
+    t->names[at + len] = '\0';
+    t->names_len = at + len + 1;
+    return (uint32_t)at;
+}
+
+/* A numeric header field: octal (NUL/space padded), or base-256 (GNU). */
+static bool pf__tar_number(const unsigned char *f, size_t len, uint64_t *out) {
+    uint64_t v = 0;
+    size_t i = 0;
+    if (f[0] & 0x80) { /* base-256: big-endian, the high bit is the flag */
+        if (f[0] & 0x40) return false; /* negative */
+        v = f[0] & 0x3f;
+        for (i = 1; i < len; i++) {
+            if (v >> 55) return false;
+            v = v << 8 | f[i];
+        }
+        *out = v;
+        return true;
+    }
+    while (i < len && f[i] == ' ') i++;
+    if (i == len || f[i] < '0' || f[i] > '7') return false;
+    for (; i < len && f[i] >= '0' && f[i] <= '7'; i++) {
+        if (v >> 60) return false;
+        v = v * 8 + (uint64_t)(f[i] - '0');
+    }
+    for (; i < len; i++)
+        if (f[i] != ' ' && f[i] != '\0') return false;
+    *out = v;
+    return true;
+}
+
+/* pax records "LEN key=value\n": path and size override the next header. */
+static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, uint64_t *size, bool *has_size) {
+    size_t at = 0;
+    while (at < n) {
+        size_t len = 0, k = at, eq;
+        while (k < n && p[k] >= '0' && p[k] <= '9') len = len * 10 + (size_t)(p[k++] - '0');
+        if (k == at || k >= n || p[k] != ' ' || len < k - at + 3 || at + len > n || p[at + len - 1] != '\n')
+            return false;
+        k++;
+        for (eq = k; eq < at + len && p[eq] != '='; eq++) {}
+        if (eq == at + len) return false;
+        if (eq - k == 4 && !memcmp(p + k, "path", 4)) {
+            size_t vl = at + len - 1 - (eq + 1);
+            if (vl >= path_cap) return false;
+            memcpy(path, p + eq + 1, vl);
+            path[vl] = '\0';
+        } else if (eq - k == 4 && !memcmp(p + k, "size", 4)) {
+            uint64_t v = 0;
+            size_t j;
+            for (j = eq + 1; j < at + len - 1; j++) {
+                if (p[j] < '0' || p[j] > '9' || v > UINT64_MAX / 10 - 9) return false;
+                v = v * 10 + (uint64_t)(p[j] - '0');
+            }
+            *size = v;
+            *has_size = true;
+        }
+        at += len;
+    }
+    return true;
+}
+
+#define PF__TAR_PATH 4096
+
+static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
+    const char *path = t->paths[shard];
+    int fd = t->fds[shard];
+    struct stat st;
+    uint64_t pos = 0, fsize, pax_size = 0;
+    char *name = (char *)malloc(PF__TAR_PATH), *longname = (char *)malloc(PF__TAR_PATH), *meta = NULL;
+    bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false;
+    uint32_t prev_key_len = 0;
+    pf_result res = PF_OK;
+#define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
+    if (!name || !longname) {
+        pf__format(why, n, "pf_tar_open: out of memory");
+        res = PF_ERR_NO_MEMORY;
+        goto done;
+    }
+    if (fstat(fd, &st) != 0) PF__TAR_BAD("pf_tar_open: cannot stat %s: %s", path, strerror(errno));
+    fsize = (uint64_t)st.st_size;
+    for (;;) {
+        unsigned char h[512];
+        uint64_t size, sum, want = 0, data, next;
+        unsigned type;
+        size_t i;
+        if (pos == fsize) break; /* no end blocks: accepted, as tar does with a warning */
+        if (pos + 512 > fsize)
+            PF__TAR_BAD("pf_tar_open: %s is truncated: a header at byte %llu needs 512 bytes, %llu are left", path,
+                        (unsigned long long)pos, (unsigned long long)(fsize - pos));
+        if (pf__pread_full(fd, h, 512, pos) != 512)
+            PF__TAR_BAD("pf_tar_open: %s: cannot read the header at byte %llu", path, (unsigned long long)pos);
+        for (i = 0; i < 512 && !h[i]; i++) {}
+        if (i == 512) break; /* the end-of-archive block */
+        for (i = 0; i < 512; i++) want += (i >= 148 && i < 156) ? (uint64_t)' ' : h[i];
+        if (!pf__tar_number(h + 148, 8, &sum) || sum != want)
+            PF__TAR_BAD("pf_tar_open: %s is corrupt: the header at byte %llu fails its checksum (not a tar file, or "
+                        "damaged)", path, (unsigned long long)pos);
+        if (!pf__tar_number(h + 124, 12, &size))
+            PF__TAR_BAD("pf_tar_open: %s is corrupt: the header at byte %llu has a bad size field", path,
+                        (unsigned long long)pos);
+        type = h[156];
+        if (type == 'x' || type == 'L' || type == 'g' || type == 'K') { /* these sizes are their own */
+        } else if (has_pax_size) {
+            size = pax_size;
+        }
+        data = pos + 512;
+        next = data + ((size + 511) & ~(uint64_t)511);
+        if (size > fsize || next > fsize + 511 || data + size > fsize)
+            PF__TAR_BAD("pf_tar_open: %s is truncated: the entry at byte %llu needs %llu bytes of data, the file ends "
+                        "at %llu", path, (unsigned long long)pos, (unsigned long long)size, (unsigned long long)fsize);
+        if (type == 'L' || type == 'x') {
+            if (size >= PF__TAR_PATH * 4)
+                PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long", path,
+                            type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos, (unsigned long long)size);
+            free(meta);
+            meta = (char *)malloc((size_t)size + 1);
+            if (!meta) PF__TAR_BAD("pf_tar_open: out of memory");
+            if (pf__pread_full(fd, meta, (size_t)size, data) != (long long)size)
+                PF__TAR_BAD("pf_tar_open: %s: cannot read the record at byte %llu", path, (unsigned long long)pos);
+            meta[size] = '\0';
+            if (type == 'L') {
+                size_t len = strnlen(meta, (size_t)size);
+                if (len >= PF__TAR_PATH)
+                    PF__TAR_BAD("pf_tar_open: %s: the long name at byte %llu is longer than %u", path,
+                                (unsigned long long)pos, PF__TAR_PATH);
+                memcpy(longname, meta, len + 1);
+                has_long = true;
+            } else {
+                if (!pf__tar_pax(meta, (size_t)size, longname, PF__TAR_PATH, &pax_size, &has_pax_size))
+                    PF__TAR_BAD("pf_tar_open: %s is corrupt: the pax header at byte %llu is malformed", path,
+                                (unsigned long long)pos);
+                if (strlen(longname)) has_pax_path = true;
+            }
+            pos = next;
+            continue;
+        }
+        if (has_long || has_pax_path) {
+            snprintf(name, PF__TAR_PATH, "%s", longname);
+        } else {
+            size_t pl = strnlen((const char *)h + 345, 155), nl = strnlen((const char *)h, 100);
+            if (!memcmp(h + 257, "ustar", 5) && pl)
+                snprintf(name, PF__TAR_PATH, "%.*s/%.*s", (int)pl, (const char *)h + 345, (int)nl, (const char *)h);
+            else
+                snprintf(name, PF__TAR_PATH, "%.*s", (int)nl, (const char *)h);
+        }
+        has_long = has_pax_path = has_pax_size = false;
+        longname[0] = '\0';
+        if (type == '0' || type == '\0' || type == '7') { /* a regular file: a part */
+            const char *base = strrchr(name, '/'), *dot;
+            size_t key_len;
+            pf__tar_part *p;
+            base = base ? base + 1 : name;
+            dot = strchr(base, '.');
+            key_len = dot ? (size_t)(dot - name) : strlen(name);
+            if (!*base) { pos = next; continue; }
+            same_key_run = t->nsamples && t->samples[t->nsamples - 1].shard == shard && prev_key_len == key_len &&
+                           !memcmp(t->names + t->samples[t->nsamples - 1].key, name, key_len);
+            if (!pf__grow((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
+                PF__TAR_BAD("pf_tar_open: out of memory");
+            p = &t->parts[t->nparts];
+            p->off = data;
+            p->size = size;
+            p->name = pf__tar_name(t, dot ? dot + 1 : "", dot ? strlen(dot + 1) : 0);
+            if (p->name == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
+            if (!same_key_run) {
+                pf__tar_sample *s;
+                if (!pf__grow((void **)&t->samples, &t->samples_cap, t->nsamples + 1, sizeof *t->samples))
+                    PF__TAR_BAD("pf_tar_open: out of memory");
+                s = &t->samples[t->nsamples++];
+                memset(s, 0, sizeof *s);
+                s->first = t->nparts;
+                s->shard = shard;
+                s->key = pf__tar_name(t, name, key_len);
+                if (s->key == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
+                prev_key_len = (uint32_t)key_len;
+            }
+            {
+                pf__tar_sample *s = &t->samples[t->nsamples - 1];
+                s->nparts++;
+                s->bytes += size;
+                s->span = data + size - t->parts[s->first].off;
+                if (s->span > t->max_span) t->max_span = s->span;
+                if (s->bytes > t->max_bytes) t->max_bytes = s->bytes;
+                if (s->nparts > t->max_parts) t->max_parts = s->nparts;
+            }
+            t->nparts++;
+        }
+        pos = next;
+    }
+done:
+    free(name);
+    free(longname);
+    free(meta);
+    return res;
+#undef PF__TAR_BAD
+}
+
+static int pf__tar_load(void *user, pf_job *job) {
+    pf_tar *t = (pf_tar *)user;
+    pf__rd_ws *ws = pf__rd_begin(&t->rd, job);
+    uint32_t i, k;
+    if (!ws) return -1;
+    for (i = 0; i < job->count; i++) {
+        uint64_t x = job->indices[i];
+        const pf__tar_sample *s = &t->samples[x];
+        const pf__tar_part *p = &t->parts[s->first];
+        int fd = t->fds[s->shard];
+        if (!t->rd.step) { /* raw: the parts back to back, each read straight into the slot */
+            unsigned char *dst = (unsigned char *)pf_job_append(job, (size_t)s->bytes);
+            if (!dst) return -1;
+            for (k = 0; k < s->nparts; k++) {
+                if (pf__pread_full(fd, dst, (size_t)p[k].size, p[k].off) != (long long)p[k].size)
+                    return pf_job_fail(job, "pf_tar: %s: short read of %s.%s (the file changed since it was "
+                                       "indexed?)", t->paths[s->shard], t->names + s->key, t->names + p[k].name);
+                dst += p[k].size;
+            }
+        } else { /* the sample's span in one read; the parts point into it */
+            pf_part *parts = (pf_part *)(ws->buf + ((t->max_span + 15) & ~(uint64_t)15));
+            pf_sample smp;
+            if (pf__pread_full(fd, ws->buf, (size_t)s->span, p[0].off) != (long long)s->span)
+                return pf_job_fail(job, "pf_tar: %s: short read of sample %s (the file changed since it was "
+                                   "indexed?)", t->paths[s->shard], t->names + s->key);
+            for (k = 0; k < s->nparts; k++) {
+                parts[k].name = t->names + p[k].name;
+                parts[k].data = ws->buf + (p[k].off - p[0].off);
+                parts[k].bytes = (size_t)p[k].size;
+            }
+            memset(&smp, 0, sizeof smp);
+            smp.index = x;
+            smp.i = i;
+            smp.key = t->names + s->key;
+            smp.data = parts[0].data;
+            smp.bytes = parts[0].bytes;
+            smp.parts = parts;
+            smp.num_parts = s->nparts;
+            if (pf__rd_step(&t->rd, job, &smp) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+PF_API uint64_t pf_tar_samples(const pf_tar *t) { return t ? t->nsamples : 0; }
+
+PF_API void pf_tar_close(pf_tar *t) {
+    uint32_t i;
+    if (!t) return;
+    for (i = 0; i < t->nshards; i++) {
+        if (t->fds && t->fds[i] >= 0) close(t->fds[i]);
+        if (t->paths) free(t->paths[i]);
+    }
+    free(t->fds);
+    free(t->paths);
+    free(t->parts);
+    free(t->samples);
+    free(t->names);
+    free(t);
+}
+
+PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **out) {
+    char *why = pf__create_error;
+    size_t n = sizeof pf__create_error;
+    pf_result res = pf__rd_check(tc, cfg, out, "pf_tar");
+    pf_config before;
+    pf_tar *t;
+    uint32_t i;
+    if (res != PF_OK) return res;
+    *out = NULL;
+    before = *cfg;
+    if (!tc->paths || !tc->num_paths)
+        return (pf__format(why, n, "pf_tar_open: no shards: set paths and num_paths"), PF_ERR_INVALID_ARG);
+    t = (pf_tar *)calloc(1, sizeof *t);
+    if (t) {
+        t->paths = (char **)calloc(tc->num_paths, sizeof(char *));
+        t->fds = (int *)malloc(tc->num_paths * sizeof(int));
+    }
+    if (!t || !t->paths || !t->fds) {
+        pf_tar_close(t);
+        return (pf__format(why, n, "pf_tar_open: out of memory"), PF_ERR_NO_MEMORY);
+    }
+    for (i = 0; i < tc->num_paths && res == PF_OK; i++) {
+        t->fds[i] = -1;
+        t->nshards++;
+        if (!tc->paths[i]) {
+            pf__format(why, n, "pf_tar_open: paths[%u] is NULL", (unsigned)i);
+            res = PF_ERR_INVALID_ARG;
+            break;
+        }
+        t->paths[i] = pf__strdup(tc->paths[i]);
+        if (!t->paths[i]) {
+            pf__format(why, n, "pf_tar_open: out of memory");
+            res = PF_ERR_NO_MEMORY;
+            break;
+        }
+        t->fds[i] = open(tc->paths[i], O_RDONLY);
+        if (t->fds[i] < 0) {
+            pf__format(why, n, "pf_tar_open: cannot open %s: %s", tc->paths[i], strerror(errno));
+            res = PF_ERR_INVALID_ARG;
+            break;
+        }
+        res = pf__tar_index(t, i, why, n);
+    }
+    if (res == PF_OK && !t->nsamples) {
+        pf__format(why, n, "pf_tar_open: the %u shards hold no file", (unsigned)t->nshards);
+        res = PF_ERR_INVALID_ARG;
+    }
+    if (res == PF_OK && t->max_span > SIZE_MAX / 2) {
+        pf__format(why, n, "pf_tar_open: a sample spans %llu bytes: too big", (unsigned long long)t->max_span);
+        res = PF_ERR_INVALID_ARG;
+    }
+    t->rd.step = tc->step;
+    t->rd.step_user = tc->user;
+    t->rd.sample_bytes = tc->sample_bytes;
+    if (tc->step) t->rd.buf_bytes = (size_t)((t->max_span + 15) & ~(uint64_t)15) + t->max_parts * sizeof(pf_part);
+    if (res == PF_OK)
+        res = pf__rd_attach(&t->rd, cfg, pf__tar_load, tc->step ? tc->sample_bytes : (size_t)t->max_bytes, "pf_tar");
+    if (res != PF_OK) {
+        *cfg = before;
+        pf_tar_close(t);
+        return res;
+    }
+    cfg->num_samples = t->nsamples;
+    *out = t;
+    return PF_OK;
+}
+#else /* no POSIX here: the readers are there, and say what they need */
+static pf_result pf__rd_none(const char *who) {
+    pf__format(pf__create_error, sizeof pf__create_error,
+               "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "
+               "prefetch.h (or build with -std=gnu11, g++ or nvcc)", who);
+    return PF_ERR_INVALID_ARG;
+}
+PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf_records **out) {
+    (void)rc, (void)cfg;
+    if (out) *out = NULL;
+    return pf__rd_none("pf_records_open");
+}
+PF_API void pf_records_close(pf_records *r) { (void)r; }
+PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_tokens **out) {
+    (void)tc, (void)cfg;
+    if (out) *out = NULL;
+    return pf__rd_none("pf_tokens_open");
+}
+PF_API void pf_tokens_close(pf_tokens *t) { (void)t; }
+PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **out) {
+    (void)tc, (void)cfg;
+    if (out) *out = NULL;
+    return pf__rd_none("pf_tar_open");
+}
+PF_API void pf_tar_close(pf_tar *t) { (void)t; }
+PF_API uint64_t pf_tar_samples(const pf_tar *t) { return (void)t, 0; }
+#endif /* PF__READERS */
 
 #endif /* PREFETCH_IMPLEMENTATION */
 

@@ -16,8 +16,8 @@
    floor((ntok - 1) / (world*B*T)) batches per process; batch idx of rank r
    reads B*T+1 tokens from token (idx*world + r)*B*T; inputs are tokens
    [0, B*T), targets [1, B*T]. Unshuffled: shard by shard, idx ascending.
-   So every rank runs the same sample order (cfg.world_size stays 1) and
-   `load` reads the rank's tokens of the step.
+   prefetch.h's token reader (pf_tokens_open) does exactly this: every rank
+   runs the same sample order and reads its own tokens of the step.
 
    Built three ways from this one file:
      nvcc -O2 -arch=native examples/llmc_tokens.cu -o llmc_tokens     (GPU)
@@ -50,110 +50,45 @@
 #define HEADER_BYTES (256 * 4)
 #define MAX_SHARDS 1024
 
-typedef struct shard {
-    char path[512];
-    int fd;
-    uint64_t ntok;    /* as the header says (the file size, when the header is bad) */
-    uint64_t batches; /* per process */
-    uint64_t first;   /* the loader's sample index of its first batch */
-    char bad[256];    /* why it cannot be read, or "" */
-} shard;
-
+/* The shards of a glob, sorted (llm.c's order), through prefetch.h's
+   token reader: it checks every shard at open (a bad one is named in
+   pf_error(NULL)) and fills cfg: one sample = one llm.c step of this rank,
+   its B*T+1 raw tokens, read straight into the slot. No load callback. */
 typedef struct llmc {
-    shard sh[MAX_SHARDS];
-    int n;
-    uint32_t B, T, world, rank;
-    uint64_t total; /* batches per process, all shards */
+    pf_tokens *tokens;
+    glob_t g;
 } llmc;
 
-/* Open the shards of a glob, sorted, and plan their batches. A bad shard
-   is kept (and planned from its size) so that reading it fails cleanly in
-   `load`, naming the file, instead of stopping anything here. */
-static int llmc_open(llmc *d, const char *pattern, uint32_t B, uint32_t T, uint32_t world, uint32_t rank) {
-    glob_t g;
+static pf_result llmc_open(llmc *d, const char *pattern, uint32_t B, uint32_t T, uint32_t world, uint32_t rank,
+                           uint32_t workers, pf_config *cfg) {
+    pf_tokens_config tc;
+    pf_result r;
     memset(d, 0, sizeof *d);
-    d->B = B, d->T = T, d->world = world, d->rank = rank;
-    if (glob(pattern, 0, NULL, &g) != 0 || g.gl_pathc == 0) return -1;
-    for (size_t i = 0; i < g.gl_pathc && d->n < MAX_SHARDS; i++) {
-        shard *s = &d->sh[d->n++];
-        int32_t h[256];
-        struct stat st;
-        uint64_t step = (uint64_t)world * B * T;
-        snprintf(s->path, sizeof s->path, "%s", g.gl_pathv[i]);
-        s->fd = open(s->path, O_RDONLY);
-        if (s->fd < 0 || fstat(s->fd, &st) != 0) {
-            snprintf(s->bad, sizeof s->bad, "%s: cannot open", g.gl_pathv[i]);
-            continue;
-        }
-        if (pread(s->fd, h, sizeof h, 0) != (ssize_t)sizeof h) {
-            snprintf(s->bad, sizeof s->bad, "%s: shorter than its %d-byte header", g.gl_pathv[i], HEADER_BYTES);
-            continue;
-        }
-        s->ntok = (uint64_t)(uint32_t)h[2];
-        if (h[0] != LLMC_MAGIC)
-            snprintf(s->bad, sizeof s->bad, "%s: bad magic %d (expected %d)", g.gl_pathv[i], h[0], LLMC_MAGIC);
-        else if (h[1] != LLMC_VERSION)
-            snprintf(s->bad, sizeof s->bad, "%s: bad version %d (expected %d)", g.gl_pathv[i], h[1], LLMC_VERSION);
-        else if ((uint64_t)st.st_size != HEADER_BYTES + 2 * s->ntok)
-            snprintf(s->bad, sizeof s->bad, "%s: %lld bytes, but its header says %llu tokens (%llu bytes)", g.gl_pathv[i],
-                     (long long)st.st_size, (unsigned long long)s->ntok,
-                     (unsigned long long)(HEADER_BYTES + 2 * s->ntok));
-        if (s->bad[0]) s->ntok = st.st_size > HEADER_BYTES ? ((uint64_t)st.st_size - HEADER_BYTES) / 2 : 0;
-        s->batches = s->ntok ? (s->ntok - 1) / step : 0;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->batch_size = 1;     /* one step per batch */
+    cfg->num_workers = workers;
+    cfg->world_size = world; /* the reader shards llm.c's way and resets these */
+    cfg->rank = rank;
+    if (glob(pattern, 0, NULL, &d->g) != 0 || d->g.gl_pathc == 0) {
+        globfree(&d->g);
+        fprintf(stderr, "llmc_tokens: no shard matches %s\n", pattern);
+        return PF_ERR_INVALID_ARG;
     }
-    globfree(&g);
-    for (int i = 0; i < d->n; i++) {
-        d->sh[i].first = d->total;
-        d->total += d->sh[i].batches;
-    }
-    return 0;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = (const char *const *)d->g.gl_pathv;
+    tc.num_paths = (uint32_t)d->g.gl_pathc;
+    tc.B = B;
+    tc.T = T;
+    r = pf_tokens_open(&tc, cfg, &d->tokens);
+    if (r != PF_OK) globfree(&d->g);
+    return r;
 }
 
-static void llmc_close(llmc *d) {
-    for (int i = 0; i < d->n; i++)
-        if (d->sh[i].fd >= 0) close(d->sh[i].fd);
-}
-
-/* Sample i of the epoch: which shard, which of its batches. */
-static const shard *llmc_find(const llmc *d, uint64_t i, uint64_t *idx) {
-    int lo = 0, hi = d->n - 1;
-    while (lo < hi) { /* the last shard whose first <= i */
-        int mid = (lo + hi + 1) / 2;
-        if (d->sh[mid].first <= i) lo = mid;
-        else hi = mid - 1;
-    }
-    *idx = i - d->sh[lo].first;
-    return &d->sh[lo];
-}
-
-/* One step's B*T+1 raw tokens of this rank, straight into the slot. */
-static int load(void *user, pf_job *job) {
-    const llmc *d = (const llmc *)user;
-    uint64_t idx, bt = (uint64_t)d->B * d->T;
-    const shard *s = llmc_find(d, job->indices[0], &idx);
-    size_t bytes = (size_t)(bt + 1) * 2;
-    off_t at = (off_t)(HEADER_BYTES + (idx * d->world + d->rank) * bt * 2);
-    if (s->bad[0]) return pf_job_fail(job, "%s", s->bad);
-#ifdef TEST_SIM
-    cudaSimHostWrite(job->host, bytes);
-#endif
-    if (pread(s->fd, job->host, bytes, at) != (ssize_t)bytes)
-        return pf_job_fail(job, "%s: short read of batch %llu", s->path, (unsigned long long)idx);
-    job->bytes = bytes;
-    return 0;
-}
-
-static pf_config llmc_config(llmc *d, uint32_t workers) {
-    pf_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.load = load;
-    cfg.user = d;
-    cfg.num_samples = d->total;  /* one sample = one llm.c step of this rank */
-    cfg.batch_size = 1;
-    cfg.batch_bytes = ((size_t)d->B * d->T + 1) * 2;
-    cfg.num_workers = workers;
-    cfg.shuffle = false;         /* llm.c's order: shard by shard */
-    return cfg;
+static void llmc_close(llmc *d) { /* after pf_destroy */
+    if (!d->tokens) return;
+    pf_tokens_close(d->tokens);
+    globfree(&d->g);
+    d->tokens = NULL;
 }
 
 /* ---- widening: uint16 tokens -> int32 inputs and targets ---- */
@@ -298,7 +233,7 @@ static void ref_step(const ref *r, uint32_t B, uint32_t T, uint32_t world, uint3
 }
 
 static int check_one(const char *dir, const ref *r, uint32_t B, uint32_t T, uint32_t world, uint32_t rank) {
-    llmc *d = (llmc *)calloc(1, sizeof *d);
+    llmc d;
     char pattern[600];
     pf_config cfg;
     steps s;
@@ -306,8 +241,10 @@ static int check_one(const char *dir, const ref *r, uint32_t B, uint32_t T, uint
     size_t bt = (size_t)B * T;
     int *in = (int *)malloc(bt * sizeof(int)), *tg = (int *)malloc(bt * sizeof(int)), bad = 0, ends = 0;
     snprintf(pattern, sizeof pattern, "%s/shard_*.bin", dir);
-    if (llmc_open(d, pattern, B, T, world, rank) != 0) return 1;
-    cfg = llmc_config(d, 3);
+    if (llmc_open(&d, pattern, B, T, world, rank, 3, &cfg) != PF_OK) {
+        fprintf(stderr, "%s\n", pf_error(NULL));
+        return 1;
+    }
     cfg.epochs = 2;
     memset(&s, 0, sizeof s);
     s.bt = bt;
@@ -361,8 +298,7 @@ static int check_one(const char *dir, const ref *r, uint32_t B, uint32_t T, uint
     if (ends != 2 || got != 2 * want) bad++;
     printf("  B=%u T=%u world=%u rank=%u: %llu steps over 2 epochs, %s\n", B, T, world, rank,
            (unsigned long long)got, bad ? "WRONG" : "each equal to the reference");
-    llmc_close(d);
-    free(d);
+    llmc_close(&d);
     free(in);
     free(tg);
     free(s.inputs);
@@ -370,32 +306,21 @@ static int check_one(const char *dir, const ref *r, uint32_t B, uint32_t T, uint
     return bad;
 }
 
-/* A bad shard is PF_ERR_LOAD naming the file, never an exit(). */
+/* A bad shard is PF_ERR_INVALID_ARG at open, naming the file and what is
+   wrong with it, never an exit() or a crash later. */
 static int check_bad(const char *dir, int32_t magic, int32_t version, int64_t extra, const char *want) {
     char path[600], pattern[600];
-    llmc *d = (llmc *)calloc(1, sizeof *d);
+    llmc d;
     pf_config cfg;
-    pf_loader *l;
-    pf_result x = PF_OK;
+    pf_result x;
     int bad;
     snprintf(path, sizeof path, "%s/bad_000.bin", dir);
     write_shard(path, 9, 200, magic, version, extra);
     snprintf(pattern, sizeof pattern, "%s/bad_*.bin", dir);
-    llmc_open(d, pattern, 2, 8, 1, 0);
-    cfg = llmc_config(d, 2);
-    cfg.backend = PF_BACKEND_HOST;
-    cfg.epochs = 1;
-    if (pf_create(&cfg, &l) != PF_OK) return 1;
-    for (int i = 0; i < 100 && x == PF_OK; i++) {
-        pf_batch b;
-        x = pf_next(l, &b);
-        if (x == PF_OK) pf_release(l, &b);
-    }
-    bad = x != PF_ERR_LOAD || !strstr(pf_error(l), path) || !strstr(pf_error(l), want);
-    printf("  %-40s %s: \"%s\"\n", want, bad ? "WRONG" : "PF_ERR_LOAD", pf_error(l));
-    pf_destroy(l);
-    llmc_close(d);
-    free(d);
+    x = llmc_open(&d, pattern, 2, 8, 1, 0, 2, &cfg);
+    bad = x != PF_ERR_INVALID_ARG || !strstr(pf_error(NULL), path) || !strstr(pf_error(NULL), want);
+    printf("  %-40s %s: \"%s\"\n", want, bad ? "WRONG" : "PF_ERR_INVALID_ARG", pf_error(NULL));
+    llmc_close(&d);
     unlink(path);
     return bad;
 }
@@ -458,13 +383,12 @@ static double bench_llmc_way(const char *pattern, uint32_t B, uint32_t T, uint64
 }
 
 static double bench_loader(const char *pattern, uint32_t B, uint32_t T, uint32_t workers, int *in, int *tg) {
-    llmc *d = (llmc *)calloc(1, sizeof *d);
+    llmc d;
     pf_config cfg;
     steps s;
     uint64_t n = 0;
     double t0;
-    llmc_open(d, pattern, B, T, 1, 0);
-    cfg = llmc_config(d, workers);
+    if (llmc_open(&d, pattern, B, T, 1, 0, workers, &cfg) != PF_OK) return 0;
     cfg.epochs = 1;
     cfg.backend = PF_BACKEND_HOST;
     memset(&s, 0, sizeof s);
@@ -482,8 +406,7 @@ static double bench_loader(const char *pattern, uint32_t B, uint32_t T, uint32_t
     }
     t0 = now_s() - t0;
     pf_destroy(s.l);
-    llmc_close(d);
-    free(d);
+    llmc_close(&d);
     return (double)(n * B * T) / t0;
 }
 
@@ -552,17 +475,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     {
-        llmc *d = (llmc *)calloc(1, sizeof *d);
+        llmc d;
         pf_config cfg;
         steps s;
         uint64_t n = 0;
         double t0;
         char line[256];
-        if (llmc_open(d, pattern, B, T, world, rank) != 0) {
-            fprintf(stderr, "llmc_tokens: no shard matches %s\n", pattern);
+        if (llmc_open(&d, pattern, B, T, world, rank, workers, &cfg) != PF_OK) {
+            fprintf(stderr, "llmc_tokens: %s\n", pf_error(NULL));
             return 1;
         }
-        cfg = llmc_config(d, workers);
         cfg.epochs = 1;
         memset(&s, 0, sizeof s);
         s.bt = (size_t)B * T;
@@ -609,8 +531,7 @@ int main(int argc, char **argv) {
         printf("bytes to the GPU per step: llm.c %llu, prefetch.h %llu\n", (unsigned long long)2 * B * T * 4,
                (unsigned long long)(((uint64_t)B * T + 1) * 2));
         pf_destroy(s.l);
-        llmc_close(d);
-        free(d);
+        llmc_close(&d);
     }
     return 0;
 }

@@ -4,14 +4,15 @@
    A producer thread keeps adding shard files of fixed-size records (as if
    samples were streamed in from a remote store) and evicting the oldest.
    Each epoch trains on the shards present when its planning starts: the
-   loader asks num_samples_fn once per epoch, which lists the directory and
-   keeps each shard's file descriptor open for that epoch, so a shard
-   evicted mid-epoch stays readable (unlink keeps open files alive). Workers
-   read records with pread, straight into the slots.
+   records reader (pf_records_open with a path_fn) lists the directory once
+   per epoch and keeps each shard's file descriptor open while a batch may
+   need it, so a shard evicted mid-epoch stays readable (unlink keeps open
+   files alive). Workers read records with pread, straight into the slots;
+   no load callback is written here.
 
    With --check, every record is verified (header and checksum) and every
-   epoch must deliver exactly the records of the files present when it
-   started, each once; this is how `make test` runs it. It prints the raw
+   epoch must deliver whole shards listed when it started, each record
+   once; this is how `make test` runs it. It prints the raw
    throughput reached from the page cache and the loader's stats line.
 
    Build: cc -O2 -std=c11 examples/record_files.c -o record_files -lpthread
@@ -36,6 +37,7 @@
 #define PER_SHARD 256          /* records per shard: 1 MiB files */
 #define MAX_SHARDS 64
 #define VIEWS 64               /* epochs in flight at most: host_slots + 2 */
+#define SEEN_SHARDS 256        /* the ids one epoch lists span fewer than this */
 #define MAGIC 0x5245434fu      /* "RECO" */
 
 typedef struct header {
@@ -119,20 +121,17 @@ static void *produce(void *arg) {
     return NULL;
 }
 
-/* ---- the dataset: one view (open shards) per epoch ---- */
+/* ---- the dataset: pf_records over the directory, listed once per epoch ---- */
 
-typedef struct view {
-    uint64_t epoch;
+typedef struct listing {
     int n;
     uint32_t id[MAX_SHARDS];
-    int fd[MAX_SHARDS];
-} view;
+} listing;
 
 typedef struct dataset {
     const char *dir;
-    view views[VIEWS]; /* epoch e lives in views[e % VIEWS] until the consumer retires it */
-    uint64_t bytes_read;
-    pthread_mutex_t mu;
+    listing lists[VIEWS]; /* what epoch e listed, in lists[e % VIEWS] (for --check) */
+    char path[300];       /* path_fn's answer: the reader opens it at once */
 } dataset;
 
 static int by_id(const void *a, const void *b) {
@@ -140,56 +139,35 @@ static int by_id(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Asked once per epoch, when its planning starts: what is present now. */
-static uint64_t num_samples(void *user, uint64_t epoch) {
+/* The reader asks for epoch e's files once, as its planning starts (k = 0,
+   1, ... until NULL): the shards present now, oldest first. A shard evicted
+   between this listing and the reader's open is left out (and logged). */
+static const char *shard_path_fn(void *user, uint64_t epoch, uint32_t k) {
     dataset *d = (dataset *)user;
-    view *v = &d->views[epoch % VIEWS];
-    DIR *dir = opendir(d->dir);
-    uint32_t ids[MAX_SHARDS * 2];
-    int n = 0;
-    for (struct dirent *e; dir && (e = readdir(dir));) {
-        unsigned id;
-        char ext[8];
-        if (sscanf(e->d_name, "shard-%6u.%3s", &id, ext) == 2 && !strcmp(ext, "rec") && n < MAX_SHARDS * 2)
-            ids[n++] = id;
+    listing *v = &d->lists[epoch % VIEWS];
+    if (k == 0) {
+        DIR *dir = opendir(d->dir);
+        uint32_t ids[MAX_SHARDS * 2];
+        int n = 0;
+        for (struct dirent *e; dir && (e = readdir(dir));) {
+            unsigned id;
+            char ext[8];
+            if (sscanf(e->d_name, "shard-%6u.%3s", &id, ext) == 2 && !strcmp(ext, "rec") && n < MAX_SHARDS * 2)
+                ids[n++] = id;
+        }
+        if (dir) closedir(dir);
+        qsort(ids, (size_t)n, sizeof ids[0], by_id);
+        v->n = n < MAX_SHARDS ? n : MAX_SHARDS;
+        memcpy(v->id, ids, (size_t)v->n * sizeof ids[0]);
     }
-    if (dir) closedir(dir);
-    qsort(ids, (size_t)n, sizeof ids[0], by_id);
-    v->epoch = epoch;
-    v->n = 0;
-    for (int i = 0; i < n && v->n < MAX_SHARDS; i++) {
-        char path[300];
-        int fd;
-        snprintf(path, sizeof path, "%s/shard-%06u.rec", d->dir, ids[i]);
-        fd = open(path, O_RDONLY);
-        if (fd < 0) continue; /* evicted between the listing and now */
-        v->id[v->n] = ids[i];
-        v->fd[v->n++] = fd;
-    }
-    return (uint64_t)v->n * PER_SHARD;
+    if ((int)k >= v->n) return NULL;
+    snprintf(d->path, sizeof d->path, "%s/shard-%06u.rec", d->dir, v->id[k]);
+    return d->path;
 }
 
-static void retire(dataset *d, uint64_t epoch) { /* the epoch is over: close its files */
-    view *v = &d->views[epoch % VIEWS];
-    for (int i = 0; i < v->n; i++) close(v->fd[i]);
-    v->n = 0;
-}
-
-static int load(void *user, pf_job *job) {
-    dataset *d = (dataset *)user;
-    const view *v = &d->views[job->epoch % VIEWS];
-    unsigned char *out = (unsigned char *)job->host;
-    for (uint32_t i = 0; i < job->count; i++) {
-        uint64_t x = job->indices[i];
-        int s = (int)(x / PER_SHARD);
-        off_t at = (off_t)(x % PER_SHARD) * RECORD;
-        if (pread(v->fd[s], out + (size_t)i * RECORD, RECORD, at) != RECORD)
-            return pf_job_fail(job, "short read of shard %u record %u", v->id[s], (unsigned)(x % PER_SHARD));
-    }
-    job->bytes = (size_t)job->count * RECORD;
-    pthread_mutex_lock(&d->mu);
-    d->bytes_read += job->bytes;
-    pthread_mutex_unlock(&d->mu);
+static int listed(const listing *v, uint32_t id) {
+    for (int i = 0; i < v->n; i++)
+        if (v->id[i] == id) return 1;
     return 0;
 }
 
@@ -206,9 +184,11 @@ int main(int argc, char **argv) {
     producer prod;
     dataset data;
     pf_config cfg;
+    pf_records_config rc;
+    pf_records *records;
     pf_loader *l;
-    unsigned char *seen = NULL;
-    uint64_t records = 0, epoch_records = 0, epoch_n = 0;
+    unsigned char *seen = NULL, shard_seen[SEEN_SHARDS / 8] = {0};
+    uint64_t nrec = 0, epoch_records = 0, epoch_n = 0, shards_seen = 0;
     double t0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--check")) check = 1;
@@ -239,44 +219,46 @@ int main(int argc, char **argv) {
 
     memset(&data, 0, sizeof data);
     data.dir = dir;
-    pthread_mutex_init(&data.mu, NULL);
+    memset(&rc, 0, sizeof rc);
+    rc.path_fn = shard_path_fn; /* a list that grows (and shrinks) each epoch */
+    rc.user = &data;
+    rc.record_bytes = RECORD;
     memset(&cfg, 0, sizeof cfg);
-    cfg.load = load;
-    cfg.user = &data;
-    cfg.num_samples_fn = num_samples;
-    cfg.batch_size = batch;
-    cfg.batch_bytes = (size_t)batch * RECORD;
+    cfg.batch_size = batch;     /* batch_bytes: the reader's default, batch * RECORD */
     cfg.epochs = epochs;
     cfg.shuffle = true;
     cfg.shuffle_block = block; /* 0: the sample shuffle */
     cfg.shuffle_window = 4;
     cfg.num_workers = 4;
     cfg.backend = PF_BACKEND_HOST;
-    if (pf_create(&cfg, &l) != PF_OK) {
-        fprintf(stderr, "pf_create: %s\n", pf_error(NULL));
+    if (pf_records_open(&rc, &cfg, &records) != PF_OK || pf_create(&cfg, &l) != PF_OK) {
+        fprintf(stderr, "%s\n", pf_error(NULL));
         return 1;
     }
-    seen = (unsigned char *)calloc(MAX_SHARDS * PER_SHARD, 1);
+    seen = (unsigned char *)calloc((size_t)SEEN_SHARDS * PER_SHARD, 1); /* by (shard id, record) */
     t0 = now_s();
     for (;;) {
         pf_batch b;
         pf_result r = pf_next(l, &b);
         if (r == PF_END_OF_EPOCH) {
-            const view *v = &data.views[(epoch_n) % VIEWS];
+            const listing *v = &data.lists[epoch_n % VIEWS];
             char line[256];
-            if (check && epoch_records != (uint64_t)v->n * PER_SHARD) {
-                fprintf(stderr, "epoch %llu: %llu records delivered, %d shards x %d present at its start\n",
-                        (unsigned long long)epoch_n, (unsigned long long)epoch_records, v->n, PER_SHARD);
+            /* every record of the shards it opened, once: whole shards */
+            if (check && (epoch_records != shards_seen * PER_SHARD || shards_seen == 0 ||
+                          (int)shards_seen > v->n)) {
+                fprintf(stderr, "epoch %llu: %llu records delivered from %llu shards, %d listed at its start\n",
+                        (unsigned long long)epoch_n, (unsigned long long)epoch_records,
+                        (unsigned long long)shards_seen, v->n);
                 bad++;
             }
             pf_stats_format(l, line, sizeof line);
             printf("epoch %llu: %d shards (ids %u..%u) present at its start, %llu records; %s\n",
                    (unsigned long long)epoch_n, v->n, v->n ? v->id[0] : 0, v->n ? v->id[v->n - 1] : 0,
                    (unsigned long long)epoch_records, line);
-            retire(&data, epoch_n);
             epoch_n++;
-            epoch_records = 0;
-            memset(seen, 0, MAX_SHARDS * PER_SHARD);
+            epoch_records = shards_seen = 0;
+            memset(seen, 0, (size_t)SEEN_SHARDS * PER_SHARD);
+            memset(shard_seen, 0, sizeof shard_seen);
             continue;
         }
         if (r == PF_END_OF_DATA) break;
@@ -285,35 +267,43 @@ int main(int argc, char **argv) {
             bad++;
             break;
         }
-        if (check) { /* every record intact, from this epoch's files, once */
-            const view *v = &data.views[b.epoch % VIEWS];
+        if (check) { /* every record intact, from a shard listed for this epoch, once */
+            const listing *v = &data.lists[b.epoch % VIEWS];
             for (uint32_t i = 0; i < b.count; i++) {
-                const unsigned char *rec = (const unsigned char *)b.data + (size_t)i * RECORD;
+                const unsigned char *rec = (const unsigned char *)b.data + b.offsets[i];
                 header h;
                 uint64_t x = b.indices[i];
+                size_t at;
                 memcpy(&h, rec, sizeof h);
-                if (h.magic != MAGIC || h.shard != v->id[x / PER_SHARD] || h.record != x % PER_SHARD ||
-                    h.sum != checksum(rec + sizeof h, RECORD - sizeof h) || seen[x]) {
+                at = (size_t)(h.shard % SEEN_SHARDS) * PER_SHARD + h.record % PER_SHARD;
+                if (h.magic != MAGIC || !listed(v, h.shard) ||
+                    h.record != x % PER_SHARD || h.sum != checksum(rec + sizeof h, RECORD - sizeof h) || seen[at]) {
                     fprintf(stderr, "epoch %llu: record %llu is wrong (shard %u record %u)\n",
                             (unsigned long long)b.epoch, (unsigned long long)x, h.shard, h.record);
                     bad++;
+                    continue;
                 }
-                seen[x] = 1;
+                seen[at] = 1;
+                if (!(shard_seen[h.shard % SEEN_SHARDS / 8] & (1u << (h.shard % 8)))) {
+                    shard_seen[h.shard % SEEN_SHARDS / 8] |= (unsigned char)(1u << (h.shard % 8));
+                    shards_seen++;
+                }
             }
         }
-        records += b.count;
+        nrec += b.count;
         epoch_records += b.count;
         pf_release(l, &b);
     }
     t0 = now_s() - t0;
     pf_destroy(l);
+    pf_records_close(records);
     pthread_mutex_lock(&prod.mu);
     prod.stop = 1;
     pthread_cond_signal(&prod.cv);
     pthread_mutex_unlock(&prod.mu);
     pthread_join(prod.thread, NULL);
     printf("%llu records (%.1f MB) in %.3f s: %.2f GB/s from the page cache with pread, 4 workers%s\n",
-           (unsigned long long)records, records * (double)RECORD / 1e6, t0, records * (double)RECORD / t0 / 1e9,
+           (unsigned long long)nrec, nrec * (double)RECORD / 1e6, t0, nrec * (double)RECORD / t0 / 1e9,
            check ? (bad ? "; CHECK FAILED" : "; every record checked") : "");
     for (uint32_t id = 0; id < prod.next; id++) { /* clean up */
         char path[300];

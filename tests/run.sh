@@ -72,6 +72,14 @@ step "resume, host backend"              $B/resume_gcc
 step "resume, host backend, ASan+UBSan"  $B/resume_asan
 step "resume, simulated CUDA"            $B/resume_sim
 
+echo "your data: per-worker state, packed batches, bad samples, the readers"
+step "data, host backend"                $B/data_gcc
+step "data, g++ C++17"                   $B/data_cxx
+step "data, host backend, ASan+UBSan"    $B/data_asan
+step "data, host backend, TSan"          $B/data_tsan
+step "data, simulated CUDA"              $B/data_sim
+step "data, simulated CUDA, ASan+UBSan"  $B/data_sim_asan -s 4
+
 echo "CUDA backend on the simulated runtime (races checked on every access)"
 step "core suite, seed 1"            $B/core_sim -s 1
 step "core suite, seed 2"            $B/core_sim -s 2
@@ -108,6 +116,7 @@ echo "real-world reach: launchers, growing record files, examples"
 step "launcher sharding (real processes)" $B/launch
 step "examples/record_files --check"  $B/record_files --check --quick
 step "examples/record_files --check --block 16" $B/record_files --check --quick --block 16
+step "examples/images_tar --check"   $B/images_tar --check --quick
 step "demo --quick"                  $B/demo --quick
 step "examples/checkpoint_resume --check" $B/checkpoint_resume --check --dir $B
 step "examples/mnist_mlp --check (learns; resumed bit for bit)" $B/mnist_mlp --check --dir $B

@@ -1,0 +1,1332 @@
+/* test_data.c - your data without a hand-written load: per-worker state
+   (worker_init/worker_stop on the worker's own thread, one stop per init),
+   packed batches of different-sized samples (offsets, only the bytes used
+   are copied), bad samples skipped, marked or stopping the run past a
+   limit (deterministic), and the readers (records, token shards, tar).
+   Host backend; with -DTEST_SIM the CUDA backend on the simulated runtime,
+   where batches are read in a kernel stand-in on the consumer stream.
+   Valid C11 and C++17. */
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#define PREFETCH_IMPLEMENTATION
+#include "../prefetch.h"
+#include "util.h"
+#include <fcntl.h>
+#include <unistd.h>
+
+/* ---- reading a batch where a kernel would (sim) or in place (host) ---- */
+typedef struct dsnap {
+    void (*fn)(const struct dsnap *d);
+    void *user;
+    const unsigned char *data;
+    size_t bytes;
+    uint64_t epoch, batch;
+    uint32_t count, skipped;
+    bool packed;
+    uint64_t *offsets, *indices, *skipped_indices; /* copies: the batch's go at release */
+} dsnap;
+
+static void d_run(void *arg) {
+    dsnap *d = (dsnap *)arg;
+    d->fn(d);
+    free(d->offsets);
+    free(d->indices);
+    free(d->skipped_indices);
+    free(d);
+}
+
+static void d_read(tcons *c, const pf_batch *b, void (*fn)(const dsnap *), void *user) {
+    dsnap *d = (dsnap *)calloc(1, sizeof *d);
+    d->fn = fn;
+    d->user = user;
+    d->data = (const unsigned char *)b->data;
+    d->bytes = b->bytes;
+    d->epoch = b->epoch;
+    d->batch = b->batch;
+    d->count = b->count;
+    d->skipped = b->skipped;
+    d->packed = b->offsets != NULL;
+    d->offsets = (uint64_t *)malloc((b->count + 1) * sizeof(uint64_t));
+    d->indices = (uint64_t *)malloc((b->count + 1) * sizeof(uint64_t));
+    d->skipped_indices = (uint64_t *)malloc((b->skipped + 1) * sizeof(uint64_t));
+    if (b->offsets) memcpy(d->offsets, b->offsets, (b->count + 1) * sizeof(uint64_t));
+    if (b->count) memcpy(d->indices, b->indices, b->count * sizeof(uint64_t));
+    if (b->skipped) memcpy(d->skipped_indices, b->skipped_indices, b->skipped * sizeof(uint64_t));
+#ifdef TEST_SIM
+    CHECK(cudaSimLaunchKernel(c->stream, d_run, d, b->data, b->bytes) == cudaSuccess);
+#else
+    (void)c;
+    d_run(d);
+#endif
+}
+
+static pf_config d_config(uint64_t n, uint32_t bs, size_t batch_bytes, uint32_t epochs) {
+    pf_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.num_samples = n;
+    cfg.batch_size = bs;
+    cfg.batch_bytes = batch_bytes;
+    cfg.epochs = epochs;
+    cfg.num_workers = 3;
+    cfg.timeout_ms = T_WAIT_MS;
+#ifdef TEST_SIM
+    cfg.backend = PF_BACKEND_CUDA;
+#else
+    cfg.backend = PF_BACKEND_HOST;
+#endif
+    return cfg;
+}
+
+/* Drain the loader, handing each batch to fn. Returns the final result. */
+static pf_result d_drain(tcons *c, void (*fn)(const dsnap *), void *user, size_t max) {
+    for (size_t i = 0; i < max; i++) {
+        pf_batch b;
+        pf_result r = pf_next(c->l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) return r;
+        if (fn) d_read(c, &b, fn, user);
+        CHECK_EQ(pf_release(c->l, &b), PF_OK);
+    }
+    return PF_TIMEOUT;
+}
+
+/* ======================= per-worker state ======================= */
+typedef struct wstate {
+    pthread_t thread;
+    uint32_t worker;
+    unsigned char *scratch; /* a thread-bound resource: ASan sees a leak */
+} wstate;
+
+typedef struct wcount {
+    pthread_mutex_t mu;
+    int inits, stops, bad, loads;
+    uint32_t gate_batch; /* 0: none; else block the load of this batch until cancelled */
+} wcount;
+
+static void *w_init(void *user, uint32_t worker) {
+    wcount *wc = (wcount *)user;
+    wstate *s = (wstate *)malloc(sizeof *s);
+    s->thread = pthread_self();
+    s->worker = worker;
+    s->scratch = (unsigned char *)malloc(4096);
+    pthread_mutex_lock(&wc->mu);
+    wc->inits++;
+    pthread_mutex_unlock(&wc->mu);
+    return s;
+}
+
+static void w_stop(void *user, uint32_t worker, void *state) {
+    wcount *wc = (wcount *)user;
+    wstate *s = (wstate *)state;
+    pthread_mutex_lock(&wc->mu);
+    wc->stops++;
+    if (!s || !pthread_equal(s->thread, pthread_self()) || s->worker != worker) wc->bad++;
+    pthread_mutex_unlock(&wc->mu);
+    if (s) free(s->scratch);
+    free(s);
+}
+
+static int w_load(void *user, pf_job *job) {
+    wcount *wc = (wcount *)user;
+    wstate *s = (wstate *)job->worker_state;
+    if (!s || !pthread_equal(s->thread, pthread_self()) || s->worker != job->worker) {
+        pthread_mutex_lock(&wc->mu);
+        wc->bad++;
+        pthread_mutex_unlock(&wc->mu);
+    }
+    pthread_mutex_lock(&wc->mu);
+    wc->loads++;
+    pthread_mutex_unlock(&wc->mu);
+    if (wc->gate_batch && job->batch == wc->gate_batch)
+        while (!pf_job_cancelled(job)) t_sleep_us(200); /* released by pf_destroy only */
+    memset(job->host, (int)(job->batch & 0xff), job->capacity);
+    return 0;
+}
+
+static void run_worker_state(bool autotune, bool destroy_early, uint32_t workers) {
+    tcons c;
+    wcount wc;
+    pf_config cfg = d_config(2000, 4, 64, 3);
+    memset(&wc, 0, sizeof wc);
+    pthread_mutex_init(&wc.mu, NULL);
+    cfg.load = w_load;
+    cfg.user = &wc;
+    cfg.worker_init = w_init;
+    cfg.worker_stop = w_stop;
+    cfg.num_workers = workers;
+    cfg.autotune = autotune;
+    if (destroy_early) wc.gate_batch = 3;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    if (destroy_early) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK); /* then destroy with a worker inside load and batches held */
+    } else {
+        CHECK_EQ(d_drain(&c, NULL, NULL, 100000), PF_END_OF_DATA);
+    }
+    t_end(&c);
+    CHECK(wc.inits >= 1);
+    CHECK_EQ(wc.inits, wc.stops);
+    CHECK_EQ(wc.bad, 0);
+    if (!destroy_early) CHECK(wc.inits <= (int)workers || autotune);
+    pthread_mutex_destroy(&wc.mu);
+}
+
+static void test_worker_state_on_its_own_thread(void) { run_worker_state(false, false, 4); }
+static void test_worker_state_stopped_on_destroy(void) { run_worker_state(false, true, 4); }
+static void test_worker_state_with_autotune(void) { run_worker_state(true, false, 8); }
+
+/* only a stop hook: it runs once per worker that loaded, with NULL */
+static int stops_only;
+static void w_stop_only(void *user, uint32_t worker, void *state) {
+    (void)user, (void)worker;
+    if (state == NULL) __atomic_fetch_add(&stops_only, 1, __ATOMIC_RELAXED);
+}
+static int w_plain(void *user, pf_job *job) {
+    (void)user;
+    CHECK(job->worker_state == NULL);
+    job->bytes = 0;
+    return 0;
+}
+static void test_worker_stop_without_init(void) {
+    tcons c;
+    pf_config cfg = d_config(100, 4, 64, 1);
+    cfg.load = w_plain;
+    cfg.worker_stop = w_stop_only;
+    cfg.num_workers = 2;
+    stops_only = 0;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&c, NULL, NULL, 1000), PF_END_OF_DATA);
+    t_end(&c);
+    CHECK(stops_only >= 1 && stops_only <= 2);
+}
+
+/* ======================= packed batches ======================= */
+static size_t p_size(uint64_t index) { return (size_t)(index % 13) + 1 + (index % 3 == 0 ? 100 : 0); }
+static unsigned char p_byte(uint64_t index, size_t k) { return (unsigned char)(index * 31 + k); }
+
+typedef struct pspec {
+    pf_bad_policy policy;
+    uint64_t bad_every; /* index % bad_every == bad_at is bad (0: none) */
+    uint64_t bad_at;
+    bool fixed;         /* write fixed-size samples (FIXED bytes) at i * FIXED, no append */
+} pspec;
+#define FIXED 16u
+#define MARK_BYTE 0xEE
+
+static bool p_bad(const pspec *p, uint64_t index) { return p->bad_every && index % p->bad_every == p->bad_at; }
+
+static int p_load(void *user, pf_job *job) {
+    const pspec *p = (const pspec *)user;
+    for (uint32_t i = 0; i < job->count; i++) {
+        uint64_t x = job->indices[i];
+        size_t n = p->fixed ? FIXED : p_size(x);
+        unsigned char *dst;
+        if (p_bad(p, x)) {
+            if (pf_job_skip(job, i, "index %llu is corrupt", (unsigned long long)x) != 0) return -1;
+            continue;
+        }
+        dst = p->fixed ? (unsigned char *)job->host + (size_t)i * FIXED : (unsigned char *)pf_job_append(job, n);
+        if (!dst) return -1;
+        for (size_t k = 0; k < n; k++) dst[k] = p_byte(x, k);
+    }
+    if (p->fixed) job->bytes = (size_t)job->count * FIXED;
+    return 0;
+}
+
+typedef struct ptally {
+    const pspec *p;
+    pthread_mutex_t mu;
+    uint64_t samples, skipped, marked, bytes;
+    uint64_t *seen; /* per index */
+} ptally;
+
+static void p_check(const dsnap *d) {
+    ptally *t = (ptally *)d->user;
+    const pspec *p = t->p;
+    uint64_t bytes = 0, marked = 0;
+    CHECK(d->packed != p->fixed || (p->fixed && d->count == 0));
+    for (uint32_t i = 0; i < d->count; i++) {
+        uint64_t x = d->indices[i];
+        const unsigned char *s;
+        size_t n;
+        if (p->fixed) {
+            s = d->data + (size_t)i * FIXED;
+            n = FIXED;
+        } else {
+            s = d->data + d->offsets[i];
+            n = (size_t)(d->offsets[i + 1] - d->offsets[i]);
+        }
+        if (p_bad(p, x)) {
+            CHECKF(p->policy == PF_BAD_MARK, "bad index %llu delivered under policy %d", (unsigned long long)x,
+                   (int)p->policy);
+            CHECK_EQ(n, p->fixed ? FIXED : 3);
+            for (size_t k = 0; k < n; k++) CHECK_EQ(s[k], MARK_BYTE);
+            marked++;
+        } else {
+            CHECK_EQ(n, p->fixed ? FIXED : p_size(x));
+            for (size_t k = 0; k < n; k++)
+                if (s[k] != p_byte(x, k)) {
+                    CHECKF(0, "index %llu byte %zu", (unsigned long long)x, k);
+                    break;
+                }
+        }
+        bytes += n;
+    }
+    if (!p->fixed && d->packed) {
+        CHECK_EQ(d->offsets[0], 0);
+        CHECK_EQ(d->offsets[d->count], d->bytes);
+    }
+    for (uint32_t i = 0; i < d->skipped; i++) CHECK(p_bad(p, d->skipped_indices[i]));
+    pthread_mutex_lock(&t->mu);
+    t->samples += d->count;
+    t->skipped += d->skipped;
+    t->marked += marked;
+    t->bytes += p->fixed ? 0 : bytes;
+    for (uint32_t i = 0; i < d->count; i++) t->seen[d->indices[i]]++;
+    if (p->policy == PF_BAD_SKIP)
+        for (uint32_t i = 0; i < d->skipped; i++) t->seen[d->skipped_indices[i]] += 1000;
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* One epoch over n samples with spec p: every index once (skipped ones
+   listed instead), the contents right; returns the final result. */
+static pf_result p_run(const pspec *p, uint64_t n, uint32_t bs, uint64_t limit, ptally *t, pf_stats *st, char *err,
+                       size_t errn) {
+    tcons c;
+    pf_result r;
+    static const unsigned char marker[FIXED] = {MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE,
+                                                MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE,
+                                                MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE};
+    pf_config cfg = d_config(n, bs, (size_t)bs * 120, 1);
+    cfg.load = p_load;
+    cfg.user = (void *)p;
+    cfg.shuffle = true;
+    cfg.seed = 7;
+    cfg.bad_samples = p->policy;
+    cfg.bad_limit = limit;
+    cfg.bad_marker = marker;
+    cfg.bad_marker_bytes = p->fixed ? FIXED : 3;
+    memset(t, 0, sizeof *t);
+    t->p = p;
+    pthread_mutex_init(&t->mu, NULL);
+    t->seen = (uint64_t *)calloc(n, sizeof(uint64_t));
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    r = d_drain(&c, p_check, t, 100000);
+    pf_get_stats(c.l, st);
+    snprintf(err, errn, "%s", pf_error(c.l));
+    t_end(&c);
+    pthread_mutex_destroy(&t->mu);
+    return r;
+}
+
+static void test_packed_variable_sizes(void) {
+    pspec p = {PF_BAD_STOP, 0, 0, false};
+    ptally t;
+    pf_stats st;
+    char err[512];
+    uint64_t want = 0;
+    CHECK_EQ(p_run(&p, 1000, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA);
+    for (uint64_t i = 0; i < 1000; i++) {
+        CHECK_EQ(t.seen[i], 1);
+        want += p_size(i);
+    }
+    CHECK_EQ(t.bytes, want);
+    CHECK_EQ(st.bytes, want); /* only the bytes used are delivered... */
+#ifdef TEST_SIM
+    CHECK_EQ(st.copy_bytes, want); /* ...and copied */
+#endif
+    free(t.seen);
+}
+
+static void test_skip_drops_and_lists_bad_samples(void) {
+    pspec p = {PF_BAD_SKIP, 7, 3, false};
+    ptally t;
+    pf_stats st;
+    char err[512];
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < 1000; i++) bad += p_bad(&p, i);
+    CHECK_EQ(p_run(&p, 1000, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA);
+    for (uint64_t i = 0; i < 1000; i++) CHECK_EQ(t.seen[i], p_bad(&p, i) ? 1000 : 1);
+    CHECK_EQ(t.skipped, bad);
+    CHECK_EQ(st.skipped, bad);
+    CHECK_EQ(t.samples, 1000 - bad);
+    CHECK_EQ(st.samples, 1000 - bad);
+    free(t.seen);
+}
+
+static void test_skip_every_sample_of_a_fixed_batch(void) {
+    pspec p = {PF_BAD_SKIP, 1, 0, true}; /* all bad: empty batches are fine without append */
+    ptally t;
+    pf_stats st;
+    char err[512];
+    CHECK_EQ(p_run(&p, 64, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA);
+    CHECK_EQ(t.samples, 0);
+    CHECK_EQ(st.skipped, 64);
+    free(t.seen);
+}
+
+static void test_mark_packed_and_fixed(void) {
+    for (int fixed = 0; fixed < 2; fixed++) {
+        pspec p = {PF_BAD_MARK, 5, 1, fixed != 0};
+        ptally t;
+        pf_stats st;
+        char err[512];
+        uint64_t bad = 0;
+        for (uint64_t i = 0; i < 600; i++) bad += p_bad(&p, i);
+        CHECK_EQ(p_run(&p, 600, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA);
+        for (uint64_t i = 0; i < 600; i++) CHECK_EQ(t.seen[i], 1);
+        CHECK_EQ(t.marked, bad);
+        CHECK_EQ(t.skipped, bad);
+        CHECK_EQ(st.skipped, bad);
+        CHECK_EQ(t.samples, 600);
+        free(t.seen);
+    }
+}
+
+/* the limit stops the run at the same batch every time, with a message */
+static void test_bad_limit_is_deterministic(void) {
+    pspec p = {PF_BAD_SKIP, 11, 4, false};
+    uint64_t first_samples = 0;
+    for (int run = 0; run < 3; run++) {
+        ptally t;
+        pf_stats st;
+        char err[512];
+        CHECK_EQ(p_run(&p, 2000, 8, 20, &t, &st, err, sizeof err), PF_ERR_LOAD);
+        CHECK_CONTAINS(err, "cfg.bad_limit (20)");
+        CHECK_CONTAINS(err, "is corrupt");
+        CHECK(t.skipped <= 20);
+        if (run == 0) first_samples = t.samples;
+        CHECK_EQ(t.samples, first_samples);
+        free(t.seen);
+    }
+}
+
+static void test_default_policy_stops_naming_the_sample(void) {
+    pspec p = {PF_BAD_STOP, 50, 17, false};
+    ptally t;
+    pf_stats st;
+    char err[512];
+    CHECK_EQ(p_run(&p, 1000, 8, 0, &t, &st, err, sizeof err), PF_ERR_LOAD);
+    CHECK_CONTAINS(err, "bad sample");
+    CHECK_CONTAINS(err, "is corrupt");
+    CHECK_EQ(st.skipped, 0);
+    free(t.seen);
+}
+
+/* skipping is resume-safe: a run stopped at a checkpoint and resumed
+   delivers the same batches, with the same samples skipped, as one that
+   never stopped */
+typedef struct sk_rec {
+    uint64_t epoch, batch, sum, skipped_sum;
+    uint32_t count, skipped;
+} sk_rec;
+static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
+                     size_t token_n) {
+    tcons c;
+    size_t n = 0;
+    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+    cfg.load = p_load;
+    cfg.user = (void *)p;
+    cfg.shuffle = true;
+    cfg.seed = 11;
+    cfg.bad_samples = PF_BAD_SKIP;
+    cfg.resume = resume;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r;
+        if (n == stop_after) {
+            CHECK_EQ(pf_checkpoint(c.l, token, token_n), PF_OK);
+            break;
+        }
+        r = pf_next(c.l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_DATA);
+            break;
+        }
+        if (n < cap) {
+            sk_rec *x = &out[n];
+            memset(x, 0, sizeof *x);
+            x->epoch = b.epoch;
+            x->batch = b.batch;
+            x->count = b.count;
+            x->skipped = b.skipped;
+            for (uint32_t i = 0; i < b.count; i++) x->sum = x->sum * 1000003u + b.indices[i];
+            for (uint32_t i = 0; i < b.skipped; i++) x->skipped_sum = x->skipped_sum * 1000003u + b.skipped_indices[i];
+        }
+        n++;
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    t_end(&c);
+    return n;
+}
+static void test_skip_is_resume_safe(void) {
+    pspec p = {PF_BAD_SKIP, 7, 2, false};
+    static sk_rec a[256], b[256];
+    char token[512];
+    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token), nb, skipped = 0;
+    for (size_t stop = 5; stop < na; stop += 37) {
+        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token);
+        CHECK_EQ(first, stop);
+        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, token, sizeof token);
+        CHECK_EQ(first + nb, na);
+        for (size_t i = 0; i < na && i < first + nb; i++)
+            CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "stop %zu: batch %zu differs", stop, i);
+    }
+    for (size_t i = 0; i < na; i++) skipped += a[i].skipped;
+    CHECK(skipped > 0);
+}
+
+/* misuse: each a clear PF_ERR_LOAD (or INVALID_ARG), destroyable */
+static int bad_mode;
+static int m_load(void *user, pf_job *job) {
+    (void)user;
+    switch (bad_mode) {
+    case 0: /* too big */
+        return pf_job_append(job, job->capacity + 1) ? 0 : -1;
+    case 1: /* appends one sample short */
+        for (uint32_t i = 0; i + 1 < job->count; i++) pf_job_append(job, 1);
+        return 0;
+    case 2: /* SKIP on a slot written in place */
+        pf_job_skip(job, 0, "x");
+        job->bytes = 8;
+        return 0;
+    case 3: /* skip out of range */
+        return pf_job_skip(job, job->count, "x");
+    default: /* append past count: returns NULL, load says ok anyway */
+        for (uint32_t i = 0; i <= job->count; i++) pf_job_append(job, 1);
+        return 0;
+    }
+}
+static void test_misuse_is_a_clear_load_error(void) {
+    static const char *const want[] = {"does not fit", "appended 3 samples and skipped 0, for a batch of 4",
+                                       "PF_BAD_SKIP drops samples from packed batches", "out of range",
+                                       "already appended or skipped"};
+    for (bad_mode = 0; bad_mode < 5; bad_mode++) {
+        tcons c;
+        pf_batch b;
+        pf_config cfg = d_config(40, 4, 64, 1);
+        cfg.load = m_load;
+        cfg.bad_samples = PF_BAD_SKIP;
+        t_begin(&c, h_seed);
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        CHECK_EQ(pf_next(c.l, &b), PF_ERR_LOAD);
+        CHECK_CONTAINS(pf_error(c.l), want[bad_mode]);
+        t_end(&c);
+    }
+    {
+        pf_config cfg = d_config(40, 4, 64, 1);
+        pf_loader *l = NULL;
+        cfg.load = m_load;
+        cfg.bad_samples = PF_BAD_MARK;
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(NULL), "cfg.bad_marker");
+        cfg.bad_samples = (pf_bad_policy)9;
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(NULL), "cfg.bad_samples is 9");
+        CHECK(l == NULL);
+    }
+}
+
+/* ======================= readers ======================= */
+static char tmpdir[256];
+static void tmp_begin(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pf-data-XXXXXX");
+    CHECK(mkdtemp(tmpdir) != NULL);
+}
+static void tmp_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", tmpdir, name); }
+static void tmp_end(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    CHECK(system(cmd) == 0);
+}
+
+/* ---- records: file f, record r holds bytes rec_byte(f, r, k) ---- */
+#define RB 24u
+#define RHDR 16u
+static unsigned char rec_byte(uint32_t f, uint64_t r, size_t k) { return (unsigned char)(f * 97 + r * 13 + k * 7 + 1); }
+static void write_records(const char *path, uint32_t f, uint64_t n, size_t tail) {
+    FILE *fp = fopen(path, "wb");
+    unsigned char b[RB];
+    memset(b, 'H', RB);
+    fwrite(b, 1, RHDR, fp);
+    for (uint64_t r = 0; r < n; r++) {
+        for (size_t k = 0; k < RB; k++) b[k] = rec_byte(f, r, k);
+        fwrite(b, 1, RB, fp);
+    }
+    fwrite(b, 1, tail, fp); /* a partial record: not a sample */
+    fclose(fp);
+}
+
+typedef struct rctx {
+    uint32_t nfiles;
+    uint64_t per[16];       /* records per file (in list order)   */
+    uint32_t id[16];        /* file id of each list position       */
+    bool stepped;           /* samples are 8-byte sums             */
+    pthread_mutex_t mu;
+    uint64_t samples, bad;
+    uint64_t seen[4096];
+} rctx;
+
+static void r_locate(const rctx *c, uint64_t x, uint32_t *f, uint64_t *r) {
+    uint32_t i = 0;
+    while (x >= c->per[i]) x -= c->per[i++];
+    *f = c->id[i];
+    *r = x;
+}
+static uint64_t r_sum(uint32_t f, uint64_t r) {
+    uint64_t s = 0;
+    for (size_t k = 0; k < RB; k++) s += rec_byte(f, r, k);
+    return s;
+}
+
+static void r_check(const dsnap *d) {
+    rctx *c = (rctx *)d->user;
+    uint64_t bad = 0;
+    CHECK(d->packed);
+    for (uint32_t i = 0; i < d->count; i++) {
+        uint32_t f;
+        uint64_t r, x = d->indices[i];
+        const unsigned char *p = d->data + d->offsets[i];
+        r_locate(c, x, &f, &r);
+        if (c->stepped) {
+            uint64_t v;
+            CHECK_EQ(d->offsets[i + 1] - d->offsets[i], 8);
+            memcpy(&v, p, 8);
+            bad += v != r_sum(f, r);
+        } else {
+            CHECK_EQ(d->offsets[i + 1] - d->offsets[i], RB);
+            for (size_t k = 0; k < RB; k++) bad += p[k] != rec_byte(f, r, k);
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    c->samples += d->count;
+    c->bad += bad;
+    for (uint32_t i = 0; i < d->count; i++) c->seen[d->indices[i]]++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int r_step(void *user, pf_sample *s) {
+    uint64_t v = 0;
+    (void)user;
+    CHECK_EQ(s->bytes, RB);
+    for (size_t k = 0; k < RB; k++) v += ((const unsigned char *)s->data)[k];
+    CHECK(s->out_capacity >= 8);
+    memcpy(s->out, &v, 8);
+    s->out_bytes = 8;
+    return 0;
+}
+
+static void run_records(bool shuffle, bool step, bool direct) {
+    char paths[3][300];
+    const char *pp[3];
+    rctx c;
+    tcons t;
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = d_config(0, 7, 0, 2);
+    uint64_t total = 0;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    tmp_begin();
+    for (uint32_t f = 0; f < 3; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "r%u.bin", f);
+        tmp_path(paths[f], sizeof paths[f], name);
+        c.per[f] = 50 + 31 * f;
+        c.id[f] = f;
+        write_records(paths[f], f, c.per[f], f == 1 ? 5 : 0);
+        pp[f] = paths[f];
+        total += c.per[f];
+    }
+    c.nfiles = 3;
+    c.stepped = step;
+    memset(&rc, 0, sizeof rc);
+    rc.paths = pp;
+    rc.num_paths = 3;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    rc.direct = direct;
+    if (step) {
+        rc.step = r_step;
+        rc.sample_bytes = 8;
+    }
+    cfg.shuffle = shuffle;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    CHECK_EQ(cfg.num_samples, total);
+    CHECK_EQ(cfg.batch_bytes, 7 * (step ? 8 : RB));
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, r_check, &c, 100000), PF_END_OF_DATA);
+    t_end(&t);
+    pf_records_close(rd);
+    CHECK_EQ(c.bad, 0);
+    CHECK_EQ(c.samples, 2 * total);
+    for (uint64_t i = 0; i < total; i++) CHECK_EQ(c.seen[i], 2);
+    tmp_end();
+    pthread_mutex_destroy(&c.mu);
+}
+static void test_records_raw_in_order(void) { run_records(false, false, false); }
+static void test_records_raw_shuffled(void) { run_records(true, false, false); }
+static void test_records_step(void) { run_records(true, true, false); }
+static void test_records_direct(void) { run_records(false, false, true); run_records(true, true, true); }
+
+/* a growing list: epoch e reads files e .. e+2 (file f holds 20 + f records) */
+static char grow_paths[8][300];
+static const char *grow_path(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    return k < 3 ? grow_paths[epoch + k] : NULL;
+}
+typedef struct gctx {
+    rctx per_epoch[5];
+} gctx;
+static void g_check(const dsnap *d) {
+    gctx *g = (gctx *)d->user;
+    dsnap e = *d;
+    e.user = &g->per_epoch[d->epoch];
+    r_check(&e);
+}
+static void test_records_growing_file_list(void) {
+    gctx g;
+    tcons t;
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = d_config(0, 8, 0, 5);
+    memset(&g, 0, sizeof g);
+    tmp_begin();
+    for (uint32_t f = 0; f < 7; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "g%u.bin", f);
+        tmp_path(grow_paths[f], sizeof grow_paths[f], name);
+        write_records(grow_paths[f], f, 20 + f, 0);
+    }
+    for (uint32_t e = 0; e < 5; e++) {
+        rctx *c = &g.per_epoch[e];
+        pthread_mutex_init(&c->mu, NULL);
+        c->nfiles = 3;
+        for (uint32_t k = 0; k < 3; k++) c->id[k] = e + k, c->per[k] = 20 + e + k;
+    }
+    memset(&rc, 0, sizeof rc);
+    rc.path_fn = grow_path;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    cfg.shuffle = true;
+    cfg.num_workers = 3;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    CHECK(cfg.num_samples_fn != NULL);
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
+    t_end(&t);
+    pf_records_close(rd);
+    for (uint32_t e = 0; e < 5; e++) {
+        rctx *c = &g.per_epoch[e];
+        uint64_t n = c->per[0] + c->per[1] + c->per[2];
+        CHECK_EQ(c->bad, 0);
+        CHECK_EQ(c->samples, n);
+        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
+        pthread_mutex_destroy(&c->mu);
+    }
+    tmp_end();
+}
+
+/* a growing list resumed from a checkpoint mid-epoch: every epoch still
+   delivers each of its records once, across the two runs */
+static void test_records_growing_list_resumes(void) {
+    gctx g;
+    char token[512];
+    memset(&g, 0, sizeof g);
+    tmp_begin();
+    for (uint32_t f = 0; f < 7; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "g%u.bin", f);
+        tmp_path(grow_paths[f], sizeof grow_paths[f], name);
+        write_records(grow_paths[f], f, 20 + f, 0);
+    }
+    for (uint32_t e = 0; e < 5; e++) {
+        rctx *c = &g.per_epoch[e];
+        pthread_mutex_init(&c->mu, NULL);
+        c->nfiles = 3;
+        for (uint32_t k = 0; k < 3; k++) c->id[k] = e + k, c->per[k] = 20 + e + k;
+    }
+    for (int part = 0; part < 2; part++) {
+        tcons t;
+        pf_records *rd = NULL;
+        pf_records_config rc;
+        pf_config cfg = d_config(0, 8, 0, 5);
+        memset(&rc, 0, sizeof rc);
+        rc.path_fn = grow_path;
+        rc.record_bytes = RB;
+        rc.header_bytes = RHDR;
+        cfg.shuffle = true;
+        cfg.resume = part ? token : NULL;
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        t_begin(&t, h_seed);
+        CHECK_EQ(t_create(&t, &cfg), PF_OK);
+        if (part == 0) { /* into epoch 2, then a checkpoint */
+            size_t got = 0;
+            while (got < 22) {
+                pf_batch b;
+                pf_result r = pf_next(t.l, &b);
+                if (r == PF_END_OF_EPOCH) continue;
+                CHECK_EQ(r, PF_OK);
+                if (r != PF_OK) break;
+                d_read(&t, &b, g_check, &g);
+                CHECK_EQ(pf_release(t.l, &b), PF_OK);
+                got++;
+            }
+            CHECK_EQ(pf_checkpoint(t.l, token, sizeof token), PF_OK);
+        } else {
+            CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
+        }
+        t_end(&t);
+        pf_records_close(rd);
+    }
+    for (uint32_t e = 0; e < 5; e++) {
+        rctx *c = &g.per_epoch[e];
+        uint64_t n = c->per[0] + c->per[1] + c->per[2];
+        CHECK_EQ(c->bad, 0);
+        CHECK_EQ(c->samples, n);
+        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
+        pthread_mutex_destroy(&c->mu);
+    }
+    tmp_end();
+}
+
+/* ---- llm.c token shards, against llm.c's loader written plainly ---- */
+static uint16_t tok_at(int shard, uint64_t pos) { return (uint16_t)(((uint64_t)shard * 1000003u + pos * 2654435761u) >> 7); }
+static void write_tokens(const char *path, int id, uint64_t ntok, int32_t magic, long long cut) {
+    FILE *f = fopen(path, "wb");
+    int32_t h[256];
+    memset(h, 0, sizeof h);
+    h[0] = magic;
+    h[1] = 1;
+    h[2] = (int32_t)ntok;
+    fwrite(h, sizeof h, 1, f);
+    for (uint64_t i = 0; i < ntok; i++) {
+        uint16_t v = tok_at(id, i);
+        fwrite(&v, 2, 1, f);
+    }
+    fclose(f);
+    if (cut) CHECK(truncate(path, (off_t)(1024 + 2 * ntok) - cut) == 0);
+}
+typedef struct kctx {
+    const uint64_t *ntok;
+    int n;
+    uint32_t B, T, world, rank;
+    pthread_mutex_t mu;
+    uint64_t bad, samples;
+} kctx;
+/* the reference: step x of rank r, as llm.c reads it */
+static void k_ref(const kctx *k, uint64_t x, uint16_t *out) {
+    uint64_t bt = (uint64_t)k->B * k->T;
+    for (int s = 0; s < k->n; s++) {
+        uint64_t nb = (k->ntok[s] - 1) / (k->world * bt);
+        if (x < nb) {
+            for (uint64_t j = 0; j <= bt; j++) out[j] = tok_at(s, (x * k->world + k->rank) * bt + j);
+            return;
+        }
+        x -= nb;
+    }
+    CHECK(0);
+}
+static void k_check(const dsnap *d) {
+    kctx *k = (kctx *)d->user;
+    size_t bt = (size_t)k->B * k->T;
+    uint16_t *want = (uint16_t *)malloc((bt + 1) * 2);
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i < d->count; i++) {
+        k_ref(k, d->indices[i], want);
+        CHECK_EQ(d->offsets[i + 1] - d->offsets[i], (bt + 1) * 2);
+        bad += memcmp(d->data + d->offsets[i], want, (bt + 1) * 2) != 0;
+    }
+    free(want);
+    pthread_mutex_lock(&k->mu);
+    k->bad += bad;
+    k->samples += d->count;
+    pthread_mutex_unlock(&k->mu);
+}
+static void test_tokens_match_llmc(void) {
+    static const uint64_t ntok[3] = {1000, 333, 2049};
+    char paths[3][300];
+    const char *pp[3];
+    tmp_begin();
+    for (int s = 0; s < 3; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "tok_%d.bin", s);
+        tmp_path(paths[s], sizeof paths[s], name);
+        write_tokens(paths[s], s, ntok[s], 20240520, 0);
+        pp[s] = paths[s];
+    }
+    for (uint32_t world = 1; world <= 3; world += 2)
+        for (uint32_t rank = 0; rank < world; rank++) {
+            kctx k;
+            tcons t;
+            pf_tokens *tk = NULL;
+            pf_tokens_config tc;
+            pf_config cfg = d_config(0, 2, 0, 2);
+            uint64_t want = 0;
+            memset(&k, 0, sizeof k);
+            pthread_mutex_init(&k.mu, NULL);
+            k.ntok = ntok, k.n = 3, k.B = 4, k.T = 16, k.world = world, k.rank = rank;
+            for (int s = 0; s < 3; s++) want += (ntok[s] - 1) / (world * 64);
+            memset(&tc, 0, sizeof tc);
+            tc.paths = pp;
+            tc.num_paths = 3;
+            tc.B = 4;
+            tc.T = 16;
+            cfg.world_size = world;
+            cfg.rank = rank;
+            CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
+            CHECK_EQ(cfg.num_samples, want);
+            CHECK_EQ(cfg.world_size, 1);
+            t_begin(&t, h_seed);
+            CHECK_EQ(t_create(&t, &cfg), PF_OK);
+            CHECK_EQ(d_drain(&t, k_check, &k, 100000), PF_END_OF_DATA);
+            t_end(&t);
+            pf_tokens_close(tk);
+            CHECK_EQ(k.bad, 0);
+            CHECK_EQ(k.samples, 2 * want);
+            pthread_mutex_destroy(&k.mu);
+        }
+    tmp_end();
+}
+
+static void expect_open_error(pf_result got, const char *want) {
+    CHECK_EQ(got, PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(NULL), want);
+}
+
+static void test_tokens_bad_shards_are_named(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_tokens_config tc;
+    pf_tokens *tk = (pf_tokens *)1;
+    pf_config cfg = d_config(0, 1, 0, 1);
+    memset(&tc, 0, sizeof tc);
+    tc.paths = pp;
+    tc.num_paths = 1;
+    tc.B = 2;
+    tc.T = 8;
+    tmp_begin();
+    tmp_path(path, sizeof path, "bad.bin");
+    write_tokens(path, 0, 500, 20240520, 3);
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "truncated or corrupt");
+    CHECK(tk == NULL);
+    CHECK(cfg.load == NULL);
+    write_tokens(path, 0, 500, 1234, 0);
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "bad magic 1234");
+    write_tokens(path, 0, 10, 20240520, 0);
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "hold no step");
+    tc.B = 0;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "B is 0");
+    tc.B = 2;
+    pp[0] = "/nonexistent/x.bin";
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cannot open shard /nonexistent/x.bin");
+    expect_open_error(pf_tokens_open(NULL, &cfg, &tk), "its config is NULL");
+    expect_open_error(pf_tokens_open(&tc, NULL, &tk), "cfg is NULL");
+    tmp_end();
+}
+
+static void test_records_bad_input_is_named(void) {
+    char path[300];
+    const char *pp[2] = {path, NULL};
+    pf_records_config rc;
+    pf_records *rd = (pf_records *)1;
+    pf_config cfg = d_config(0, 4, 0, 1);
+    tmp_begin();
+    tmp_path(path, sizeof path, "r.bin");
+    write_records(path, 0, 10, 0);
+    memset(&rc, 0, sizeof rc);
+    rc.paths = pp;
+    rc.num_paths = 1;
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "record_bytes is 0");
+    CHECK(rd == NULL);
+    rc.record_bytes = RB;
+    rc.header_bytes = 1 << 20;
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "shorter than header_bytes");
+    rc.header_bytes = 0;
+    rc.num_paths = 2;
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "paths[1] is NULL");
+    rc.num_paths = 1;
+    rc.path_fn = grow_path;
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "one of them");
+    rc.path_fn = NULL;
+    cfg.num_samples = 5;
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "the reader counts the samples");
+    cfg.num_samples = 0;
+    pp[0] = "/nonexistent/r.bin";
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "cannot open /nonexistent/r.bin");
+    CHECK(cfg.load == NULL && cfg.user == NULL);
+    tmp_end();
+}
+
+/* ---- tar: ustar, GNU long names and pax paths, grouped by key ---- */
+static void tar_header(FILE *f, const char *name, uint64_t size, char type, const char *prefix) {
+    unsigned char h[512];
+    unsigned sum = 0;
+    memset(h, 0, sizeof h);
+    snprintf((char *)h, 100, "%s", name);
+    memcpy(h + 100, "0000644", 7);
+    memcpy(h + 108, "0000000", 7);
+    memcpy(h + 116, "0000000", 7);
+    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+    memcpy(h + 136, "00000000000", 11);
+    memset(h + 148, ' ', 8);
+    h[156] = (unsigned char)type;
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    if (prefix) snprintf((char *)h + 345, 155, "%s", prefix);
+    for (int i = 0; i < 512; i++) sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    fwrite(h, 1, 512, f);
+}
+static void tar_data(FILE *f, const void *p, size_t n) {
+    static const unsigned char zero[512] = {0};
+    fwrite(p, 1, n, f);
+    fwrite(zero, 1, (512 - n % 512) % 512, f);
+}
+static void tar_file(FILE *f, const char *name, const void *p, size_t n) {
+    if (strlen(name) >= 100) { /* GNU long name */
+        tar_header(f, "././@LongLink", strlen(name) + 1, 'L', NULL);
+        tar_data(f, name, strlen(name) + 1);
+    }
+    tar_header(f, name, n, '0', NULL);
+    tar_data(f, p, n);
+}
+static void tar_pax_file(FILE *f, const char *name, const void *p, size_t n) {
+    char rec[600];
+    int len = (int)strlen(name) + 7, total = len + (len + 1 >= 10 ? 2 : 1);
+    if (total >= 100) total++;
+    snprintf(rec, sizeof rec, "%d path=%s\n", total, name);
+    tar_header(f, "PaxHeader", strlen(rec), 'x', NULL);
+    tar_data(f, rec, strlen(rec));
+    tar_header(f, "short", n, '0', NULL);
+    tar_data(f, p, n);
+}
+
+/* sample s: "d/s%03u.txt" of s+1 bytes 'a'+s%26 and "d/s%03u.cls" of 4 bytes (s) */
+#define NTAR 40
+static void tar_key(char *out, size_t n, uint32_t s) {
+    if (s % 10 == 7)
+        snprintf(out, n, "deep/%s/s%03u", "a-directory-name-long-enough-to-need-a-gnu-long-name-record-in-the-archive-xxxxxxxx", s);
+    else if (s % 10 == 3)
+        snprintf(out, n, "pax/s%03u", s);
+    else
+        snprintf(out, n, "d/s%03u", s);
+}
+static void write_tar(const char *path, uint32_t first, uint32_t n) {
+    FILE *f = fopen(path, "wb");
+    static const unsigned char zero[1024] = {0};
+    tar_header(f, "d", 0, '5', NULL); /* a directory: not a sample */
+    for (uint32_t s = first; s < first + n; s++) {
+        char key[300], name[320];
+        unsigned char txt[64];
+        uint32_t cls = s;
+        memset(txt, 'a' + (int)(s % 26), sizeof txt);
+        tar_key(key, sizeof key, s);
+        snprintf(name, sizeof name, "%s.txt", key);
+        if (s % 10 == 3) tar_pax_file(f, name, txt, s % 60 + 1);
+        else tar_file(f, name, txt, s % 60 + 1);
+        snprintf(name, sizeof name, "%s.cls", key);
+        tar_file(f, name, &cls, 4);
+    }
+    fwrite(zero, 1, sizeof zero, f);
+    fclose(f);
+}
+typedef struct tctx {
+    bool stepped;
+    pthread_mutex_t mu;
+    uint64_t bad, samples, skipped;
+    uint32_t seen[2 * NTAR];
+} tctx;
+static int t_step(void *user, pf_sample *s) {
+    uint32_t cls;
+    char key[300];
+    (void)user;
+    if (s->num_parts != 2 || strcmp(s->parts[0].name, "txt") || strcmp(s->parts[1].name, "cls") ||
+        s->parts[1].bytes != 4)
+        return pf_job_fail(s->job, "sample %llu: parts wrong", (unsigned long long)s->index);
+    memcpy(&cls, s->parts[1].data, 4);
+    tar_key(key, sizeof key, cls);
+    if (strcmp(s->key, key)) return pf_job_fail(s->job, "key %s, want %s", s->key, key);
+    if (cls % 13 == 5) return pf_job_skip(s->job, s->i, "class %u is unwanted", cls);
+    if (s->parts[0].bytes != cls % 60 + 1) return pf_job_fail(s->job, "sample %u: txt size", cls);
+    /* out: the class, then the text's first byte */
+    memcpy(s->out, &cls, 4);
+    ((unsigned char *)s->out)[4] = ((const unsigned char *)s->parts[0].data)[0];
+    s->out_bytes = 5;
+    return 0;
+}
+static void tar_check(const dsnap *d) {
+    tctx *c = (tctx *)d->user;
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i < d->count; i++) {
+        const unsigned char *p = d->data + d->offsets[i];
+        size_t n = (size_t)(d->offsets[i + 1] - d->offsets[i]);
+        uint32_t cls;
+        if (c->stepped) {
+            memcpy(&cls, p, 4);
+            bad += n != 5 || p[4] != 'a' + cls % 26 || cls % 13 == 5;
+        } else {
+            memcpy(&cls, p + n - 4, 4);
+            bad += n != cls % 60 + 1 + 4 || p[0] != 'a' + cls % 26;
+        }
+        if (cls < 2 * NTAR) {
+            pthread_mutex_lock(&c->mu);
+            c->seen[cls]++;
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    c->bad += bad;
+    c->samples += d->count;
+    c->skipped += d->skipped;
+    pthread_mutex_unlock(&c->mu);
+}
+static void run_tar(bool step) {
+    char paths[2][300];
+    const char *pp[2] = {paths[0], paths[1]};
+    tctx c;
+    tcons t;
+    pf_tar *tr = NULL;
+    pf_tar_config tc;
+    pf_config cfg = d_config(0, 6, 0, 1);
+    uint32_t unwanted = 0;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    c.stepped = step;
+    tmp_begin();
+    tmp_path(paths[0], sizeof paths[0], "a.tar");
+    tmp_path(paths[1], sizeof paths[1], "b.tar");
+    write_tar(paths[0], 0, NTAR);
+    write_tar(paths[1], NTAR, NTAR);
+    memset(&tc, 0, sizeof tc);
+    tc.paths = pp;
+    tc.num_paths = 2;
+    if (step) {
+        tc.step = t_step;
+        tc.sample_bytes = 5;
+        cfg.bad_samples = PF_BAD_SKIP;
+    }
+    cfg.shuffle = true;
+    CHECK_EQ(pf_tar_open(&tc, &cfg, &tr), PF_OK);
+    CHECK_EQ(pf_tar_samples(tr), 2 * NTAR);
+    CHECK_EQ(cfg.num_samples, 2 * NTAR);
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, tar_check, &c, 100000), PF_END_OF_DATA);
+    t_end(&t);
+    pf_tar_close(tr);
+    for (uint32_t s = 0; s < 2 * NTAR; s++) {
+        bool skip = step && s % 13 == 5;
+        unwanted += skip;
+        CHECK_EQ(c.seen[s], skip ? 0 : 1);
+    }
+    CHECK_EQ(c.bad, 0);
+    CHECK_EQ(c.samples, 2 * NTAR - unwanted);
+    CHECK_EQ(c.skipped, unwanted);
+    tmp_end();
+    pthread_mutex_destroy(&c.mu);
+}
+static void test_tar_raw_grouped_by_key(void) { run_tar(false); }
+static void test_tar_step_with_skips(void) { run_tar(true); }
+
+static void test_tar_corrupt_and_truncated_are_named(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_tar_config tc;
+    pf_tar *tr = (pf_tar *)1;
+    pf_config cfg = d_config(0, 4, 0, 1);
+    FILE *f;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = pp;
+    tc.num_paths = 1;
+    tmp_begin();
+    tmp_path(path, sizeof path, "c.tar");
+    write_tar(path, 0, 5);
+    f = fopen(path, "r+b");
+    fseek(f, 512 + 3, SEEK_SET); /* the first file's name: its checksum no longer holds */
+    fputc('#', f);
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "fails its checksum");
+    CHECK(tr == NULL);
+    write_tar(path, 0, 5);
+    CHECK(truncate(path, 512 * 4 + 100) == 0);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "is truncated");
+    f = fopen(path, "wb");
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "hold no file");
+    pp[0] = "/nonexistent.tar";
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "cannot open /nonexistent.tar");
+    {   /* a step without sample_bytes and without batch_bytes */
+        tc.step = t_step;
+        pp[0] = path;
+        write_tar(path, 0, 5);
+        expect_open_error(pf_tar_open(&tc, &cfg, &tr), "cfg.batch_bytes is 0");
+    }
+    CHECK(cfg.load == NULL);
+    tmp_end();
+}
+
+/* damaged archives: every byte flip and every truncation either opens
+   (and then every sample loads or fails as PF_ERR_LOAD) or is refused with
+   PF_ERR_INVALID_ARG; never a crash, a hang or a leak (ASan) */
+static void test_tar_damage_never_crashes(void) {
+    char path[300], good[300];
+    const char *pp[1] = {path};
+    FILE *f;
+    long size;
+    unsigned char *orig;
+    int opened = 0, refused = 0;
+    tmp_begin();
+    tmp_path(good, sizeof good, "good.tar");
+    tmp_path(path, sizeof path, "bad.tar");
+    write_tar(good, 0, 12);
+    f = fopen(good, "rb");
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    orig = (unsigned char *)malloc((size_t)size);
+    CHECK(fread(orig, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    h_rng_state = h_seed;
+    for (int trial = 0; trial < 300; trial++) {
+        pf_tar_config tc;
+        pf_tar *tr = NULL;
+        pf_config cfg = d_config(0, 4, 0, 1);
+        pf_result r;
+        long len = size;
+        f = fopen(path, "wb");
+        if (trial < 200) { /* flip a few bytes, mostly in headers */
+            unsigned char *m = (unsigned char *)malloc((size_t)size);
+            memcpy(m, orig, (size_t)size);
+            for (int k = 0; k < 1 + trial % 3; k++) {
+                long at = (long)(h_rand() % (unsigned long long)size);
+                if (trial % 2) at = at / 512 * 512 + (long)(h_rand() % 160); /* names, sizes, checksums */
+                m[at] ^= (unsigned char)(1u << (h_rand() % 8));
+            }
+            fwrite(m, 1, (size_t)size, f);
+            free(m);
+        } else { /* truncated anywhere */
+            len = (long)(h_rand() % (unsigned long long)size);
+            fwrite(orig, 1, (size_t)len, f);
+        }
+        fclose(f);
+        memset(&tc, 0, sizeof tc);
+        tc.paths = pp;
+        tc.num_paths = 1;
+        cfg.batch_bytes = 1 << 16;
+        r = pf_tar_open(&tc, &cfg, &tr);
+        if (r == PF_OK) {
+            tcons t;
+            pf_result e;
+            opened++;
+            t_begin(&t, h_seed);
+            CHECK_EQ(t_create(&t, &cfg), PF_OK);
+            e = d_drain(&t, NULL, NULL, 10000);
+            CHECKF(e == PF_END_OF_DATA || e == PF_ERR_LOAD, "trial %d: %s", trial, pf_error(t.l));
+            t_end(&t);
+            pf_tar_close(tr);
+        } else {
+            refused++;
+            CHECKF(r == PF_ERR_INVALID_ARG, "trial %d: %d %s", trial, (int)r, pf_error(NULL));
+            CHECK(tr == NULL);
+        }
+    }
+    CHECK(opened > 0 && refused > 0);
+    free(orig);
+    tmp_end();
+}
+
+/* the caller's worker hooks run inside the reader's, with the caller's user */
+static int rs_step(void *user, pf_sample *s) {
+    wcount *wc = (wcount *)user;
+    wstate *st = (wstate *)s->job->worker_state;
+    if (!st || !pthread_equal(st->thread, pthread_self())) {
+        pthread_mutex_lock(&wc->mu);
+        wc->bad++;
+        pthread_mutex_unlock(&wc->mu);
+    }
+    memcpy(s->out, s->data, s->bytes);
+    s->out_bytes = s->bytes;
+    return 0;
+}
+static void test_reader_keeps_your_worker_state(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_records_config rc;
+    pf_records *rd = NULL;
+    pf_config cfg = d_config(0, 4, 0, 2);
+    wcount wc;
+    tcons t;
+    memset(&wc, 0, sizeof wc);
+    pthread_mutex_init(&wc.mu, NULL);
+    tmp_begin();
+    tmp_path(path, sizeof path, "w.bin");
+    write_records(path, 0, 100, 0);
+    memset(&rc, 0, sizeof rc);
+    rc.paths = pp;
+    rc.num_paths = 1;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    rc.step = rs_step;
+    rc.user = &wc;
+    cfg.user = &wc;
+    cfg.worker_init = w_init;
+    cfg.worker_stop = w_stop;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, NULL, NULL, 100000), PF_END_OF_DATA);
+    t_end(&t);
+    pf_records_close(rd);
+    CHECK(wc.inits >= 1);
+    CHECK_EQ(wc.inits, wc.stops);
+    CHECK_EQ(wc.bad, 0);
+    pthread_mutex_destroy(&wc.mu);
+    tmp_end();
+}
+
+static const h_test tests[] = {
+    {"worker_state_on_its_own_thread", test_worker_state_on_its_own_thread},
+    {"worker_state_stopped_on_destroy", test_worker_state_stopped_on_destroy},
+    {"worker_state_with_autotune", test_worker_state_with_autotune},
+    {"worker_stop_without_init", test_worker_stop_without_init},
+    {"packed_variable_sizes", test_packed_variable_sizes},
+    {"skip_drops_and_lists_bad_samples", test_skip_drops_and_lists_bad_samples},
+    {"skip_every_sample_of_a_fixed_batch", test_skip_every_sample_of_a_fixed_batch},
+    {"mark_packed_and_fixed", test_mark_packed_and_fixed},
+    {"bad_limit_is_deterministic", test_bad_limit_is_deterministic},
+    {"default_policy_stops_naming_the_sample", test_default_policy_stops_naming_the_sample},
+    {"skip_is_resume_safe", test_skip_is_resume_safe},
+    {"misuse_is_a_clear_load_error", test_misuse_is_a_clear_load_error},
+    {"records_raw_in_order", test_records_raw_in_order},
+    {"records_raw_shuffled", test_records_raw_shuffled},
+    {"records_step", test_records_step},
+    {"records_direct", test_records_direct},
+    {"records_growing_file_list", test_records_growing_file_list},
+    {"records_growing_list_resumes", test_records_growing_list_resumes},
+    {"records_bad_input_is_named", test_records_bad_input_is_named},
+    {"tokens_match_llmc", test_tokens_match_llmc},
+    {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
+    {"tar_raw_grouped_by_key", test_tar_raw_grouped_by_key},
+    {"tar_step_with_skips", test_tar_step_with_skips},
+    {"tar_corrupt_and_truncated_are_named", test_tar_corrupt_and_truncated_are_named},
+    {"tar_damage_never_crashes", test_tar_damage_never_crashes},
+    {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
+};
+
+int main(int argc, char **argv) {
+#ifdef TEST_SIM
+    const char *suite = "your data: worker state, packed batches, bad samples, readers (simulated CUDA backend)";
+#else
+    const char *suite = "your data: worker state, packed batches, bad samples, readers (host backend)";
+#endif
+    return h_main(argc, argv, suite, tests, sizeof tests / sizeof tests[0]);
+}
