@@ -5,8 +5,9 @@
    checkpoint/resume that reproduces the model bit for bit.
 
    The parts a training loop needs, in order:
-     - one slot per batch holding inputs AND labels: floats first, then the
-       int32 labels at a fixed offset (LABELS_AT), written by load;
+     - the records reader (pf_records_open) reads the file: no load
+       callback, only a per-sample step that turns a record into what the
+       model reads, its 784 floats and then its int32 label;
      - a training loader (shuffled, several epochs) and an evaluation loader
        (in order, epochs = 0: one epoch drained per evaluate call);
      - pf_checkpoint's token saved beside the weights, cfg.resume to go on.
@@ -16,24 +17,21 @@
                                      and a run stopped mid-epoch and resumed
                                      ends with the same weights, bit for bit
      build/mnist_mlp --dir D         where the data and checkpoint go */
-#define _POSIX_C_SOURCE 200809L
+#define _POSIX_C_SOURCE 200809L /* the readers use pread */
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define PIXELS 784
 #define RECORD (PIXELS + 1) /* 784 pixel bytes, then the label byte */
 #define HIDDEN 32
 #define CLASSES 10
 #define BATCH 64
-#define LABELS_AT ((size_t)BATCH * PIXELS * sizeof(float)) /* where a batch's labels start in the slot */
-#define SLOT_BYTES (LABELS_AT + BATCH * sizeof(int32_t))
+#define SAMPLE (PIXELS * sizeof(float) + sizeof(int32_t)) /* what the step writes: pixels, then the label */
 
 /* ---- the data: an MNIST-shaped file of ten noisy classes ---- */
 
@@ -75,42 +73,43 @@ static int make_file(const char *path, uint64_t n, uint64_t seed) {
     return fclose(f);
 }
 
-/* ---- the loader's side: one batch = floats, then labels ---- */
+/* ---- the loader's side: the records reader and a step ---- */
 
-typedef struct dataset {
-    int fd;
-} dataset;
-
-static int load(void *user, pf_job *job) { /* runs on worker threads */
-    const dataset *d = (const dataset *)user;
-    float *x = (float *)job->host;
-    int32_t *y = (int32_t *)((unsigned char *)job->host + LABELS_AT);
-    unsigned char rec[RECORD];
-    for (uint32_t i = 0; i < job->count; i++) {
-        if (pread(d->fd, rec, RECORD, (off_t)(job->indices[i] * RECORD)) != RECORD)
-            return pf_job_fail(job, "short read of sample %llu", (unsigned long long)job->indices[i]);
-        for (int p = 0; p < PIXELS; p++) x[(size_t)i * PIXELS + p] = (float)rec[p] / 255.0f - 0.25f;
-        y[i] = rec[PIXELS];
-    }
-    job->bytes = SLOT_BYTES; /* the labels sit past the last sample's pixels: send the whole slot */
+/* Runs on worker threads, once per sample: the record's bytes in, the
+   sample as the model reads it out. */
+static int to_floats(void *user, pf_sample *s) {
+    const unsigned char *rec = (const unsigned char *)s->data; /* RECORD bytes */
+    float *x = (float *)s->out;
+    int32_t label = rec[PIXELS];
+    (void)user;
+    for (int p = 0; p < PIXELS; p++) x[p] = (float)rec[p] / 255.0f - 0.25f;
+    memcpy(x + PIXELS, &label, sizeof label); /* the label right after its pixels */
+    s->out_bytes = SAMPLE;
     return 0;
 }
 
-static pf_result open_loader(dataset *d, uint64_t n, bool train, uint32_t epochs, const char *resume,
+static pf_result open_loader(const char *path, bool train, uint32_t epochs, const char *resume, pf_records **rec,
                              pf_loader **out) {
+    const char *paths[1];
+    pf_records_config rc = {0};
     pf_config cfg = PF_CONFIG_INIT;
-    cfg.load = load;
-    cfg.user = d;
-    cfg.num_samples = n;
+    pf_result r;
+    paths[0] = path;
+    rc.paths = paths;
+    rc.num_paths = 1;
+    rc.record_bytes = RECORD;
+    rc.step = to_floats;
+    rc.sample_bytes = SAMPLE;
     cfg.batch_size = BATCH;
-    cfg.batch_bytes = SLOT_BYTES;
     cfg.shuffle = train;
     cfg.seed = 42;
     cfg.epochs = epochs;        /* evaluation: 0, one epoch per evaluate call */
     cfg.num_workers = 2;
     cfg.backend = PF_BACKEND_HOST; /* the model runs on the CPU: host pointers */
     cfg.resume = resume;
-    return pf_create(&cfg, out);
+    r = pf_records_open(&rc, &cfg, rec); /* sets load, num_samples, batch_bytes */
+    if (r == PF_OK) r = pf_create(&cfg, out);
+    return r;
 }
 
 /* ---- the model ---- */
@@ -147,17 +146,28 @@ static float forward(const model *m, const float *x, int label, float *hid, floa
     return -logf(prob[label] + 1e-9f);
 }
 
+static const float *pixels_of(const pf_batch *b, uint32_t i) {
+    return (const float *)((const unsigned char *)b->data + b->offsets[i]);
+}
+static int label_of(const pf_batch *b, uint32_t i) {
+    int32_t y;
+    memcpy(&y, pixels_of(b, i) + PIXELS, sizeof y);
+    return y;
+}
+
 /* One SGD step on a batch; returns its mean loss. */
-static float train_step(model *m, const float *x, const int32_t *y, uint32_t count, float lr) {
+static float train_step(model *m, const pf_batch *b, float lr) {
     static model g;
     float hid[HIDDEN], prob[CLASSES], loss = 0;
+    uint32_t count = b->count;
     memset(&g, 0, sizeof g);
     for (uint32_t i = 0; i < count; i++) {
-        const float *xi = x + (size_t)i * PIXELS;
+        const float *xi = pixels_of(b, i);
+        int yi = label_of(b, i);
         float dh[HIDDEN] = {0};
-        loss += forward(m, xi, y[i], hid, prob);
+        loss += forward(m, xi, yi, hid, prob);
         for (int c = 0; c < CLASSES; c++) {
-            float d = prob[c] - (c == y[i]);
+            float d = prob[c] - (c == yi);
             g.b2[c] += d;
             for (int h = 0; h < HIDDEN; h++) {
                 g.w2[c][h] += d * hid[h];
@@ -183,15 +193,13 @@ static double evaluate(const model *m, pf_loader *ev) {
     pf_batch b;
     pf_result r;
     while ((r = pf_next(ev, &b)) == PF_OK) {
-        const float *x = (const float *)b.data;
-        const int32_t *y = (const int32_t *)((const unsigned char *)b.data + LABELS_AT);
         for (uint32_t i = 0; i < b.count; i++) {
             float hid[HIDDEN], prob[CLASSES];
             int best = 0;
-            forward(m, x + (size_t)i * PIXELS, y[i], hid, prob);
+            forward(m, pixels_of(&b, i), label_of(&b, i), hid, prob);
             for (int c = 1; c < CLASSES; c++)
                 if (prob[c] > prob[best]) best = c;
-            right += best == y[i];
+            right += best == label_of(&b, i);
             total++;
         }
         pf_release(ev, &b);
@@ -212,20 +220,17 @@ typedef struct run {
 } run;
 
 static int train(run *rn, model *m, uint64_t stop_after, const char *resume) {
-    char path[512];
-    dataset tr, te;
+    char train_path[512], test_path[512], path[512];
+    pf_records *tr = NULL, *te = NULL;
     pf_loader *loader = NULL, *ev = NULL;
     uint64_t step = 0, epoch = 0;
     float sum = 0;
     int nsum = 0;
-    snprintf(path, sizeof path, "%s/mnist_train.bin", rn->dir);
-    tr.fd = open(path, O_RDONLY);
-    snprintf(path, sizeof path, "%s/mnist_test.bin", rn->dir);
-    te.fd = open(path, O_RDONLY);
-    if (tr.fd < 0 || te.fd < 0) return fprintf(stderr, "cannot open the data in %s\n", rn->dir), -1;
-    if (open_loader(&tr, rn->ntrain, true, rn->epochs, resume, &loader) != PF_OK ||
-        open_loader(&te, rn->ntest, false, 0, NULL, &ev) != PF_OK)
-        return fprintf(stderr, "pf_create: %s\n", pf_error(NULL)), -1;
+    snprintf(train_path, sizeof train_path, "%s/mnist_train.bin", rn->dir);
+    snprintf(test_path, sizeof test_path, "%s/mnist_test.bin", rn->dir);
+    if (open_loader(train_path, true, rn->epochs, resume, &tr, &loader) != PF_OK ||
+        open_loader(test_path, false, 0, NULL, &te, &ev) != PF_OK)
+        return fprintf(stderr, "%s\n", pf_error(NULL)), -1; /* names the file, or the config field */
     for (;;) {
         pf_batch b;
         pf_result r = pf_next(loader, &b);
@@ -242,8 +247,7 @@ static int train(run *rn, model *m, uint64_t stop_after, const char *resume) {
         if (r != PF_OK) return fprintf(stderr, "pf_next: %s\n", pf_error(loader)), -1;
         epoch = b.epoch; /* on PF_END_OF_EPOCH b is zeroed: remember the epoch here */
         {
-            float loss = train_step(m, (const float *)b.data,
-                                    (const int32_t *)((const unsigned char *)b.data + LABELS_AT), b.count, 0.2f);
+            float loss = train_step(m, &b, 0.2f);
             if (step == 0 && !resume) rn->first_loss = loss;
             rn->last_loss = loss;
             sum += loss;
@@ -266,8 +270,8 @@ static int train(run *rn, model *m, uint64_t stop_after, const char *resume) {
     }
     pf_destroy(loader);
     pf_destroy(ev);
-    close(tr.fd);
-    close(te.fd);
+    pf_records_close(tr); /* after pf_destroy */
+    pf_records_close(te);
     return 0;
 }
 
