@@ -61,7 +61,7 @@ SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan 
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu \
 	$(B)/config_init_c $(B)/config_init_cxx11 $(B)/config_init_cxx17
 RELIABILITY := $(B)/fuzz_replay $(B)/fuzz_token_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
-HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/mnist_mlp $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
+HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/mnist_mlp $(B)/varlen $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
 CUDA_TESTS := $(B)/config_init_nvcc $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
 
@@ -267,6 +267,9 @@ $(B)/llmc_tokens_sim: examples/llmc_tokens.cu $(HDR) $(SIMSRC) $(SIMHDR)
 $(B)/llmc_tokens_cuda: examples/llmc_tokens.cu $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
+$(B)/varlen: examples/varlen.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/mnist_mlp: examples/mnist_mlp.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread -lm
@@ -320,7 +323,7 @@ bench:
 	@$(if $(HAVE_CUDA),echo; $(B)/gpu_bench $(if $(QUICK),--quick),echo "(no CUDA toolkit at $(CUDA_HOME): the real-GPU benchmark was not built)")
 
 # every file in examples/, host builds always, the CUDA ones with a toolkit
-EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/checkpoint_resume $(B)/mnist_mlp $(B)/llmc_tokens \
+EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/checkpoint_resume $(B)/mnist_mlp $(B)/varlen $(B)/llmc_tokens \
 	$(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda)
 examples:
 	@mkdir -p $(B)

@@ -120,6 +120,7 @@ step "examples/images_tar --check"   $B/images_tar --check --quick
 step "demo --quick"                  $B/demo --quick
 step "examples/checkpoint_resume --check" $B/checkpoint_resume --check --dir $B
 step "examples/mnist_mlp --check (learns; resumed bit for bit)" $B/mnist_mlp --check --dir $B
+step "examples/varlen --check (packed samples of 1-200 bytes)" $B/varlen --check
 step "examples/llmc_tokens --check (host)" $B/llmc_tokens --check
 step "examples/llmc_tokens --check (simulated CUDA)" $B/llmc_tokens_sim --check
 
