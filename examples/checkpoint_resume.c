@@ -72,10 +72,9 @@ static int restore(const char *path, ckpt *c) {
    crash_at steps (0: never). Returns the model digest at the end. */
 static unsigned long long train(const char *path, unsigned long long crash_at, int verbose) {
     ckpt c = {0, 1469598103934665603ull, ""};
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     pf_loader *l;
     int resumed = restore(path, &c);
-    memset(&cfg, 0, sizeof cfg);
     cfg.load = load;
     cfg.num_samples = SAMPLES;
     cfg.batch_size = BATCH;

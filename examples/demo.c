@@ -143,11 +143,10 @@ static char line[256]; /* pf_stats_format at the end of the prefetched loop */
 
 static double prefetched_loop(const opts *o, job_cfg *jc, void *stream, unsigned *sink, pf_stats *stats,
                               bool *gpu) {
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     pf_loader *l;
     volatile unsigned acc = 0;
     double t0;
-    memset(&cfg, 0, sizeof cfg);
     cfg.load = load;
     cfg.user = jc;
     cfg.num_samples = (uint64_t)o->batches * BATCH;

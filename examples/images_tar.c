@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
     unsigned n, ncorrupt = 0, epochs = 2;
     pf_tar_config tc;
     pf_tar *tar;
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     pf_loader *l;
     pf_stats st;
     uint64_t samples = 0, skipped = 0, wrong = 0;
@@ -203,8 +203,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot write %s\n", path);
         return 1;
     }
-
-    memset(&cfg, 0, sizeof cfg);
     cfg.batch_size = 64;
     cfg.epochs = epochs;
     cfg.shuffle = true;

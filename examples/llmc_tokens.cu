@@ -64,7 +64,10 @@ static pf_result llmc_open(llmc *d, const char *pattern, uint32_t B, uint32_t T,
     pf_tokens_config tc;
     pf_result r;
     memset(d, 0, sizeof *d);
-    memset(cfg, 0, sizeof *cfg);
+    {
+        pf_config zero = PF_CONFIG_INIT;
+        *cfg = zero;
+    }
     cfg->batch_size = 1;     /* one step per batch */
     cfg->num_workers = workers;
     cfg->world_size = world; /* the reader shards llm.c's way and resets these */
@@ -235,7 +238,7 @@ static void ref_step(const ref *r, uint32_t B, uint32_t T, uint32_t world, uint3
 static int check_one(const char *dir, const ref *r, uint32_t B, uint32_t T, uint32_t world, uint32_t rank) {
     llmc d;
     char pattern[600];
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     steps s;
     uint64_t want = ref_steps(r, B, T, world), got = 0;
     size_t bt = (size_t)B * T;
@@ -311,7 +314,7 @@ static int check_one(const char *dir, const ref *r, uint32_t B, uint32_t T, uint
 static int check_bad(const char *dir, int32_t magic, int32_t version, int64_t extra, const char *want) {
     char path[600], pattern[600];
     llmc d;
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     pf_result x;
     int bad;
     snprintf(path, sizeof path, "%s/bad_000.bin", dir);
@@ -384,7 +387,7 @@ static double bench_llmc_way(const char *pattern, uint32_t B, uint32_t T, uint64
 
 static double bench_loader(const char *pattern, uint32_t B, uint32_t T, uint32_t workers, int *in, int *tg) {
     llmc d;
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     steps s;
     uint64_t n = 0;
     double t0;
@@ -476,7 +479,7 @@ int main(int argc, char **argv) {
     }
     {
         llmc d;
-        pf_config cfg;
+        pf_config cfg = PF_CONFIG_INIT;
         steps s;
         uint64_t n = 0;
         double t0;

@@ -57,7 +57,7 @@ static void *train(void *arg) {
     gpu *g = (gpu *)arg;
     cudaStream_t stream = 0;
     double *dsum = NULL;
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     pf_loader *l;
     if (g->cuda) {
         CK(cudaSetDevice(g->device));
@@ -65,7 +65,6 @@ static void *train(void *arg) {
         CK(cudaMalloc((void **)&dsum, sizeof(double)));
         CK(cudaMemsetAsync(dsum, 0, sizeof(double), stream));
     }
-    memset(&cfg, 0, sizeof cfg);
     cfg.load = load;
     cfg.num_samples = N;
     cfg.batch_size = BATCH;

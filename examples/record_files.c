@@ -183,7 +183,7 @@ int main(int argc, char **argv) {
     char dir[256] = "";
     producer prod;
     dataset data;
-    pf_config cfg;
+    pf_config cfg = PF_CONFIG_INIT;
     pf_records_config rc;
     pf_records *records;
     pf_loader *l;
@@ -223,7 +223,6 @@ int main(int argc, char **argv) {
     rc.path_fn = shard_path_fn; /* a list that grows (and shrinks) each epoch */
     rc.user = &data;
     rc.record_bytes = RECORD;
-    memset(&cfg, 0, sizeof cfg);
     cfg.batch_size = batch;     /* batch_bytes: the reader's default, batch * RECORD */
     cfg.epochs = epochs;
     cfg.shuffle = true;

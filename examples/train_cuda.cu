@@ -167,8 +167,7 @@ int main(int argc, char **argv) {
         bias = (float *)calloc(CLASSES, sizeof(float));
     }
 
-    pf_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    pf_config cfg = PF_CONFIG_INIT;
     cfg.load = load;
     cfg.num_samples = samples;
     cfg.batch_size = BATCH;
