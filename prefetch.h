@@ -3625,7 +3625,7 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     static const char *const bound[] = {"warming up", "input-bound", "copy-bound", "compute-bound"};
     pf_stats s;
     double el, rate;
-    char of[32] = "", workers[48] = "";
+    char of[32] = "", workers[48] = "", at[96];
     int n;
     pf_get_stats(l, &s);
     el = s.elapsed_s > 0 ? s.elapsed_s : 0;
@@ -3634,11 +3634,19 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     /* "\xc2\xb7" is a UTF-8 middle dot */
     if (!buf) size = 0; /* (NULL, 0): just the length, to size a buffer */
     if (l && l->cfg.autotune)
-        pf__format(workers, sizeof workers, " \xc2\xb7 %u workers (auto)", (unsigned)s.workers_active);
+        pf__format(workers, sizeof workers, " \xc2\xb7 %u worker%s (auto)", (unsigned)s.workers_active,
+                   s.workers_active == 1 ? "" : "s");
+    /* right after PF_END_OF_EPOCH the consumer's epoch is the next one, with
+       nothing of it delivered: name the epoch that ended */
+    if (s.batch == 0 && s.epoch > 0)
+        pf__format(at, sizeof at, "epoch %llu done", (unsigned long long)(s.epoch - 1));
+    else
+        pf__format(at, sizeof at, "epoch %llu \xc2\xb7 batch %llu%s", (unsigned long long)s.epoch,
+                   (unsigned long long)s.batch, of);
     n = snprintf(size ? buf : NULL, size,
-                 "epoch %llu \xc2\xb7 batch %llu%s \xc2\xb7 %.1f %s \xc2\xb7 %.0f batches/s \xc2\xb7 waited %.0f%% "
+                 "%s \xc2\xb7 %.1f %s \xc2\xb7 %.0f batches/s \xc2\xb7 waited %.0f%% "
                  "\xc2\xb7 %s%s",
-                 (unsigned long long)s.epoch, (unsigned long long)s.batch, of, rate >= 1e9 ? rate / 1e9 : rate / 1e6,
+                 at, rate >= 1e9 ? rate / 1e9 : rate / 1e6,
                  rate >= 1e9 ? "GB/s" : "MB/s", el > 0 ? (double)s.batches / el : 0.0, el > 0 ? 100.0 * s.wait_s / el : 0.0,
                  bound[s.bound], workers);
     return n < 0 ? 0 : n;

@@ -1049,6 +1049,15 @@ static void test_stats_line_and_progress_callback(void) {
         CHECK_EQ(pf_stats_format(c.l, full, sizeof full), need);
         CHECK_EQ(strlen(full), (size_t)need);
     }
+    { /* once an epoch has ended the line names it, not "epoch 2 · batch 0" (here: the last one) */
+        trun rest;
+        t_run_init(&rest);
+        while (rest.eoe == 0 && t_drain(&c, &rest, rest.n + 1) == PF_OK) {}
+        CHECK_EQ(rest.eoe, 1);
+        pf_stats_format(c.l, line, sizeof line);
+        CHECK_CONTAINS(line, "epoch 1 done \xc2\xb7 ");
+        t_run_free(&rest);
+    }
     if (h_verbose) printf("    %s\n", line);
     t_close(&t, &c, &r);
 }
