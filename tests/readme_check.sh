@@ -1,0 +1,37 @@
+#!/bin/sh
+# Every C code block in README.md is quoted from a file that make test
+# builds and runs: the line before its fence names the file
+# (<!-- example: examples/x.c -->), and the block's lines, leading blanks
+# aside, stand in that file one after another. So the README cannot show
+# code that does not compile or run.
+cd "$(dirname "$0")/.." || exit 1
+awk '
+function strip(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
+function check(   i, j, k, n, ok, line, src) {
+    if (file == "") { printf("README.md:%d: a ```c block without <!-- example: FILE --> before it\n", start); bad++; return }
+    n = 0
+    while ((getline line < file) > 0) src[++n] = strip(line)
+    close(file)
+    if (n == 0) { printf("README.md:%d: %s is missing or empty\n", start, file); bad++; return }
+    for (i = 1; i + nb - 1 <= n; i++) {
+        ok = 1
+        for (k = 1; k <= nb && ok; k++) if (src[i + k - 1] != blk[k]) ok = 0
+        if (ok) { found++; return }
+    }
+    printf("README.md:%d: this block is not in %s as it stands (first line: %s)\n", start, file, blk[1]); bad++
+}
+/^<!-- example: .* -->$/ { pending = $3; next }
+/^```c$/ { inblk = 1; nb = 0; start = NR; file = pending; pending = ""; next }
+/^```/ && inblk { inblk = 0; check(); next }
+inblk { blk[++nb] = strip($0); next }
+{ pending = "" }
+END {
+    blocks = found + bad
+    printf("README code blocks: %d quoted from their examples, %d not\n", found, bad)
+    printf("RESULT %d %d 0\n", found, bad)
+    exit bad ? 1 : (blocks ? 0 : 1)
+}' README.md || exit 1
+# ...and each file quoted is one that make test builds
+for f in $(sed -n 's/^<!-- example: \(.*\) -->$/\1/p' README.md | sort -u); do
+    grep -q "$f" Makefile || { echo "README.md quotes $f, which make test does not build"; echo "RESULT 0 1 0"; exit 1; }
+done
