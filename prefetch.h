@@ -838,16 +838,22 @@ typedef struct pf__flight {
     uint64_t seq;
 } pf__flight;
 
-/* cuCtxGetCurrent / cuCtxSetCurrent, reached through the runtime's
-   cudaGetDriverEntryPointByVersion so nothing links libcuda: CUresult is
-   an int-sized enum and CUcontext a pointer. */
-typedef int (*pf__ctx_get_fn)(void **ctx);
-typedef int (*pf__ctx_set_fn)(void *ctx);
+/* Driver functions, reached through the runtime's entry-point lookup so
+   nothing links libcuda (see pf__driver_fn): CUresult is an int-sized enum,
+   CUcontext a pointer, CUdevice an int. */
+typedef int (*pf__ctx_get_fn)(void **ctx);         /* cuCtxGetCurrent          */
+typedef int (*pf__ctx_set_fn)(void *ctx);          /* cuCtxSetCurrent          */
+typedef int (*pf__ctx_push_fn)(void *ctx);         /* cuCtxPushCurrent         */
+typedef int (*pf__ctx_pop_fn)(void **ctx);         /* cuCtxPopCurrent          */
+typedef int (*pf__dev_get_fn)(int *dev, int ordinal); /* cuDeviceGet           */
+typedef int (*pf__primary_retain_fn)(void **ctx, int dev); /* cuDevicePrimaryCtxRetain */
+typedef int (*pf__primary_release_fn)(int dev);    /* cuDevicePrimaryCtxRelease */
 
 /* What the calling thread had current before a library call. */
 typedef struct pf__ctx_saved {
-    int device; /* -1: unknown                     */
-    bool none;  /* no context was current at all   */
+    bool pushed; /* the primary context was pushed: pop it  */
+    int device;  /* -1: unknown                             */
+    bool none;   /* no context was current at all           */
 } pf__ctx_saved;
 
 typedef struct pf__cuda {
@@ -862,7 +868,14 @@ typedef struct pf__cuda {
                                        and after its wait for the copy          */
     uint64_t *mark_seq;             /* the seq each pair holds; 0 none          */
     cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
-    pf__ctx_get_fn ctx_get;
+    void *primary;                  /* cfg.cuda_device's primary context,
+                                       retained in pf_create; NULL: the
+                                       fallback (pf__cuda_enter)              */
+    int cudev;                      /* its CUdevice                           */
+    pf__ctx_push_fn ctx_push;
+    pf__ctx_pop_fn ctx_pop;
+    pf__primary_release_fn primary_release;
+    pf__ctx_get_fn ctx_get;         /* the fallback's: both or neither        */
     pf__ctx_set_fn ctx_set;
     pf__dslot *dslots;
     uint32_t *dfree;            /* FIFO: the longest-released slot is reused first */
@@ -1895,41 +1908,98 @@ static void pf__cuda_msg(char *dst, size_t size, const char *call, cudaError_t e
     pf__format(dst, size, "%s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* Contexts. The rule: the library creates a context only on cfg.cuda_device,
-   and every public call leaves the calling thread's current device (or its
-   lack of one) as it found it. cudaGetDevice cannot tell "device 0 chosen"
-   from "nothing chosen yet" (it answers 0 for both), and since CUDA 12
-   cudaSetDevice(0) would create device 0's primary context: the classic
-   "every rank shows up on GPU 0". So the library asks the driver, through
-   the runtime's entry-point lookup (no libcuda link), whether a context is
-   current at all, and if none was, leaves none current. */
-static void pf__cuda_ctx_init(pf__cuda *cu) {
+/* Driver entry points. The lookup's shape follows the toolkit this file is
+   compiled against (CUDART_VERSION), from CUDA 11.8 on:
+     11.x       cudaGetDriverEntryPoint(symbol, &fn, flags); a symbol the
+                driver lacks is an error (cudaErrorSymbolNotFound)
+     12.0-12.4  cudaGetDriverEntryPoint(symbol, &fn, flags, &status); a
+                missing symbol is cudaSuccess, fn NULL and a status
+     12.5 on    cudaGetDriverEntryPointByVersion(symbol, &fn, version, flags,
+                &status), asking for the ABI declared above (11.8's); the
+                version-less lookup is deprecated from 13.0
+   NULL when the driver does not offer it; no error is left behind. */
+#define PF__DRIVER_ABI 11080
+static void *pf__driver_fn(const char *symbol) {
     void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess && fn)
-        cu->ctx_get = (pf__ctx_get_fn)(uintptr_t)fn;
-    fn = NULL;
-    if (cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess && fn)
-        cu->ctx_set = (pf__ctx_set_fn)(uintptr_t)fn;
+    cudaError_t e;
+#if CUDART_VERSION >= 12050
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    e = cudaGetDriverEntryPointByVersion(symbol, &fn, PF__DRIVER_ABI, cudaEnableDefault, &q);
+    if (q != cudaDriverEntryPointSuccess) fn = NULL;
+#elif CUDART_VERSION >= 12000
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    e = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &q);
+    if (q != cudaDriverEntryPointSuccess) fn = NULL;
+#else
+    e = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault);
+#endif
+    if (e != cudaSuccess) {
+        fn = NULL;
+        (void)cudaGetLastError(); /* "not found" is an answer, not an error to leave behind */
+    }
+    return fn;
+}
+
+/* Contexts. The rule: the library creates a context only on cfg.cuda_device,
+   and every public call leaves the calling thread's CUDA state exactly as it
+   found it: its current context (or lack of one) and the runtime's own
+   per-thread device choice, which cudaSetDevice sets and nothing but
+   cudaSetDevice gives back (a caller that never chose a device would find
+   its next cudaMalloc on the loader's GPU).
+   So pf_create retains the primary context of cfg.cuda_device once, each
+   call on a caller's thread pushes it and pops it again (the runtime works
+   on the context current to the thread), and pf_destroy releases it: the
+   caller's cudaSetDevice state is never touched. Where the driver lacks
+   those entry points, the fallback: cudaSetDevice for the span of the call,
+   then either no context current again (cuCtxGetCurrent said none was;
+   the runtime's device choice is then left at cfg.cuda_device), or
+   cudaSetDevice back to the device cudaGetDevice reported. cudaGetDevice
+   alone cannot tell "device 0 chosen" from "nothing chosen yet", and
+   cudaSetDevice(0) would create device 0's context: the classic "every
+   rank shows up on GPU 0". */
+static void pf__cuda_ctx_init(pf__cuda *cu) {
+    pf__dev_get_fn dev_get = (pf__dev_get_fn)(uintptr_t)pf__driver_fn("cuDeviceGet");
+    pf__primary_retain_fn retain = (pf__primary_retain_fn)(uintptr_t)pf__driver_fn("cuDevicePrimaryCtxRetain");
+    cu->primary_release = (pf__primary_release_fn)(uintptr_t)pf__driver_fn("cuDevicePrimaryCtxRelease");
+    cu->ctx_push = (pf__ctx_push_fn)(uintptr_t)pf__driver_fn("cuCtxPushCurrent");
+    cu->ctx_pop = (pf__ctx_pop_fn)(uintptr_t)pf__driver_fn("cuCtxPopCurrent");
+    if (dev_get && retain && cu->primary_release && cu->ctx_push && cu->ctx_pop &&
+        dev_get(&cu->cudev, cu->device) == 0 && retain(&cu->primary, cu->cudev) == 0 && cu->primary)
+        return;
+    /* e.g. an exclusive-process device another process holds: the
+       fallback's cudaSetDevice then says so in the runtime's words */
+    cu->primary = NULL;
+    cu->ctx_get = (pf__ctx_get_fn)(uintptr_t)pf__driver_fn("cuCtxGetCurrent");
+    cu->ctx_set = (pf__ctx_set_fn)(uintptr_t)pf__driver_fn("cuCtxSetCurrent");
     if (!cu->ctx_get || !cu->ctx_set) cu->ctx_get = NULL, cu->ctx_set = NULL;
-    (void)cudaGetLastError();
+}
+
+/* pf_destroy: after the last CUDA call. */
+static void pf__cuda_ctx_release(pf__cuda *cu) {
+    if (cu->primary) (void)cu->primary_release(cu->cudev);
+    cu->primary = NULL;
 }
 
 /* The calling thread works on the loader's device for the span of a call
    and gets its own state back afterwards (pf__cuda_leave). */
 static cudaError_t pf__cuda_enter(pf_loader *l, pf__ctx_saved *sv) {
     void *ctx = NULL;
+    sv->pushed = false;
     sv->none = false;
     sv->device = -1;
+    if (l->cu.primary && l->cu.ctx_push(l->cu.primary) == 0) {
+        sv->pushed = true;
+        return cudaSuccess;
+    }
     if (l->cu.ctx_get && l->cu.ctx_get(&ctx) == 0 && !ctx) sv->none = true;
     else if (cudaGetDevice(&sv->device) != cudaSuccess) sv->device = -1;
     /* already there (the usual training thread): nothing to switch */
     return sv->device == l->cu.device ? cudaSuccess : cudaSetDevice(l->cu.device);
 }
 static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
-    if (sv->none) (void)l->cu.ctx_set(NULL); /* as found: no context current */
+    void *popped = NULL;
+    if (sv->pushed) (void)l->cu.ctx_pop(&popped); /* the caller's stack as it was */
+    else if (sv->none) (void)l->cu.ctx_set(NULL); /* as found: no context current */
     else if (sv->device >= 0 && sv->device != l->cu.device) (void)cudaSetDevice(sv->device);
 }
 
@@ -2067,6 +2137,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     if (cu->pinned) (void)cudaFreeHost(cu->pinned);
     (void)cudaGetLastError();
     pf__cuda_leave(l, &sv);
+    pf__cuda_ctx_release(cu);
 }
 
 static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {

@@ -1128,7 +1128,8 @@ static void test_next_racing_a_release_is_not_invalid_state(void) {
 }
 
 /* When entering the loader's device fails, the message names cudaSetDevice,
-   not the call that would have come next. */
+   not the call that would have come next. The caller's thread enters with
+   cudaSetDevice only where the driver lacks the primary-context calls. */
 static void test_messages_name_the_call_that_failed(void) {
     tload t;
     tcons c;
@@ -1136,6 +1137,7 @@ static void test_messages_name_the_call_that_failed(void) {
     pf_batch b;
     t_load_init(&t);
     t_begin(&c, h_seed);
+    cudaSimDriverLacks("cuDevicePrimaryCtxRetain");
     cfg = t_config(&t, 100, 5, 1);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     CHECK_EQ(t_next(&c, &b), PF_OK);
@@ -1575,6 +1577,8 @@ static void test_every_create_call_can_fail_cleanly(void) {
         int calls;
         pf_loader *l = NULL;
         cudaSimReset(h_seed, 0, 2);
+        /* the caller's thread calls cudaSetDevice only on the fallback path */
+        if (strcmp(fns[f], "cudaSetDevice") == 0) cudaSimDriverLacks("cuDevicePrimaryCtxRetain");
         CHECK(cudaSetDevice(1) == cudaSuccess); /* the caller on the other GPU: pf_create must switch */
         {
             int before = cudaSimCalls(fns[f]);
@@ -1590,6 +1594,7 @@ static void test_every_create_call_can_fail_cleanly(void) {
                                                                                   : cudaErrorUnknown;
             pf_result r;
             cudaSimReset(h_seed, 0, 2);
+            if (strcmp(fns[f], "cudaSetDevice") == 0) cudaSimDriverLacks("cuDevicePrimaryCtxRetain");
             CHECK(cudaSetDevice(1) == cudaSuccess);
             t_alloc_init(&a, 0);
             cfg.allocator.alloc_fn = t_alloc;

@@ -17,6 +17,11 @@ extern "C" {
 
 #define CUDART_CB
 #define CUDA_SIM 1
+/* The runtime this models: CUDA 13.0's (the driver entry points through
+   cudaGetDriverEntryPointByVersion, as prefetch.h calls them from 12.5 on). */
+#ifndef CUDART_VERSION
+#define CUDART_VERSION 13000
+#endif
 
 typedef enum cudaError {
     cudaSuccess = 0,
@@ -94,8 +99,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
-/* Only "cuCtxGetCurrent" and "cuCtxSetCurrent" are known; others give NULL
-   and cudaDriverEntryPointSymbolNotFound, as the runtime does. */
+/* Known: cuCtxGetCurrent, cuCtxSetCurrent, cuCtxPushCurrent,
+   cuCtxPopCurrent, cuDeviceGet, cuDevicePrimaryCtxRetain and
+   cuDevicePrimaryCtxRelease; others (and those cudaSimDriverLacks names)
+   give NULL and cudaDriverEntryPointSymbolNotFound, as the runtime does. */
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
                                              unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *driverStatus);
@@ -149,6 +156,14 @@ int cudaSimContextCreated(int device);
 int cudaSimEventsWithFlags(unsigned flags);
 /* 1 when a context is current on the calling thread. */
 int cudaSimThreadHasContext(void);
+/* The depth of the calling thread's context stack (0: none current). */
+int cudaSimThreadContextDepth(void);
+/* Outstanding cuDevicePrimaryCtxRetain references on a device. */
+int cudaSimPrimaryRetained(int device);
+/* An older driver: the entry-point lookup answers "symbol not found" for
+   every driver function named in `symbols` (space-separated); NULL or ""
+   offers them all again. Reset by cudaSimReset. */
+void cudaSimDriverLacks(const char *symbols);
 /* Calls of fn made by the calling thread since the last reset. */
 int cudaSimThreadCalls(const char *fn);
 /* The timing model: one host-to-device copy engine of this many bytes/s

@@ -143,6 +143,8 @@ static struct {
     cudaError_t fault[MAXDEV];    /* a device's sticky error           */
     int ctx[MAXDEV];              /* its primary context exists        */
     int busy[MAXDEV];             /* exclusive-process, held elsewhere */
+    int retained[MAXDEV];         /* cuDevicePrimaryCtxRetain count    */
+    char lacks[512];              /* driver symbols the lookup denies  */
     char ctx_handle[MAXDEV];      /* addresses that serve as CUcontext */
     unsigned gen;                 /* bumps at each reset               */
     double bw;                    /* timing model: H2D bytes/s, 0 off  */
@@ -157,8 +159,20 @@ static struct {
     unsigned nfreed;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .ndev = 1, .rng = 1};
 
-static _Thread_local int tls_dev = -1; /* the device cudaSetDevice chose    */
-static _Thread_local int tls_ctx = -1; /* the device whose context is current */
+/* A thread's CUDA state is two things, kept apart as the runtime keeps them:
+   DOC (cudaSetDevice): "Sets device as the current device for the calling
+   host thread." -- the runtime's per-thread device choice (tls_dev; -1:
+   none made, which acts as device 0); and DOC (the runtime's "Interactions
+   with the CUDA Driver API"): "CUDA Runtime API calls operate on the CUDA
+   Driver API CUcontext which is current to the calling host thread." -- the
+   top of the driver's per-thread context stack (tls_ctx, the device whose
+   primary context it is; -1: none), with the contexts pushed beneath it in
+   tls_below. Only cudaSetDevice changes the choice; the driver's calls
+   change only the stack. */
+#define STACK 8
+static _Thread_local int tls_dev = -1;
+static _Thread_local int tls_ctx = -1;
+static _Thread_local int tls_below[STACK], tls_depth;
 static _Thread_local cudaError_t tls_last = cudaSuccess;
 static _Thread_local int tls_calls[F_COUNT];
 static _Thread_local unsigned tls_gen;
@@ -178,7 +192,11 @@ static void sleep_until(double t) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {}
 }
 
-static int cur_dev(void) { return tls_dev >= 0 ? tls_dev : 0; }
+/* The thread's current device: DOC ("Primary Contexts"): "From the
+   perspective of the CUDA Runtime API, a device and its primary context are
+   synonymous." So the current context's device when one is current, else
+   the device cudaSetDevice chose, else 0. */
+static int cur_dev(void) { return tls_ctx >= 0 ? tls_ctx : tls_dev >= 0 ? tls_dev : 0; }
 
 static void violation(const char *fmt, ...) {
     va_list ap;
@@ -210,7 +228,7 @@ static cudaError_t ret(cudaError_t e) {
 /* Calls that use the current device need one set on this thread (the
    library's rule: every thread that calls CUDA first calls cudaSetDevice). */
 static int need_device(const char *what) {
-    if (tls_dev < 0) {
+    if (tls_dev < 0 && tls_ctx < 0) { /* a context pushed through the driver chose one too */
         violation("%s called on a thread that never called cudaSetDevice", what);
         return 0;
     }
@@ -543,10 +561,10 @@ static void *stream_main(void *arg) {
 /* NULL and the special handles mean the device's legacy default stream. */
 static struct CUstream_st *resolve(cudaStream_t s, const char *what) {
     if (s && s != cudaStreamLegacy && s != cudaStreamPerThread) return s;
-    if (tls_dev < 0 || tls_dev >= MAXDEV) return NULL;
+    if (tls_dev < 0 && tls_ctx < 0) return NULL;
     if (g.forbid_legacy) violation("%s on the legacy default stream", what);
-    if (!g.legacy[tls_dev]) g.legacy[tls_dev] = new_stream(tls_dev, 1, "the legacy default stream");
-    return g.legacy[tls_dev];
+    if (!g.legacy[cur_dev()]) g.legacy[cur_dev()] = new_stream(cur_dev(), 1, "the legacy default stream");
+    return g.legacy[cur_dev()];
 }
 
 static op *new_op(int kind) {
@@ -623,8 +641,8 @@ static void push(struct CUstream_st *s, op *o) {
 /* Stream work must run with the stream's device current. */
 static int check_stream(struct CUstream_st *s, const char *what) {
     if (!need_device(what)) return 0;
-    if (s->device != tls_dev) {
-        violation("%s on a stream of device %d from a thread whose current device is %d", what, s->device, tls_dev);
+    if (s->device != cur_dev()) {
+        violation("%s on a stream of device %d from a thread whose current device is %d", what, s->device, cur_dev());
         return 0;
     }
     return 1;
@@ -701,18 +719,22 @@ cudaError_t cudaSetDevice(int device) {
     BEGIN(F_SetDevice)
     if (g.ndev == 0) END(cudaErrorNoDevice);
     if (device < 0 || device >= g.ndev) END(cudaErrorInvalidDevice);
-    e = make_ctx(device); /* DOC quoted at make_ctx */
+    e = make_ctx(device); /* DOC quoted at make_ctx; DOC ("Initialization and
+       Tear-Down"): "The function cudaSetDevice() initializes the primary
+       context for the specified device and makes it current to the calling
+       thread by calling cuCtxSetCurrent()": it replaces the stack's top */
     if (e != cudaSuccess) END(e);
     tls_dev = device;
     END(g.fault[device]); /* a faulted context is current, and says so */
 }
 
 /* DOC (cudaGetDevice): "Returns in *device the current device for the
-   calling host thread." It creates no context (needs_ctx is 0). */
+   calling host thread." (cur_dev: the current context's, else the choice
+   cudaSetDevice made, else 0). It creates no context (needs_ctx is 0). */
 cudaError_t cudaGetDevice(int *device) {
     BEGIN(F_GetDevice)
     if (!device) END(cudaErrorInvalidValue);
-    *device = tls_dev < 0 ? 0 : tls_dev; /* like CUDA: device 0 until set */
+    *device = cur_dev();
     END(cudaSuccess);
 }
 
@@ -725,25 +747,134 @@ static int sim_ctx_get_current(void **pctx) {
     return 0;
 }
 
-/* DOC (cuCtxSetCurrent, cuda.h): binds ctx to the calling thread; NULL
-   leaves no context current. */
+/* The driver's context calls (cuda.h). CUresult codes: 0 success, 101
+   CUDA_ERROR_INVALID_DEVICE, 201 CUDA_ERROR_INVALID_CONTEXT, 999 unknown. */
+static int ctx_of(void *ctx) {
+    int d = ctx ? (int)((char *)ctx - g.ctx_handle) : -1;
+    return d >= 0 && d < MAXDEV && g.ctx[d] ? d : -1;
+}
+
+/* DOC (cuCtxSetCurrent): "If there exists a CUDA context stack on the
+   calling CPU thread, this will replace the top of that stack with ctx. If
+   ctx is NULL then this will be equivalent to popping the top of the
+   calling CPU thread's CUDA context stack (or a no-op if the calling CPU
+   thread's CUDA context stack is empty)." The runtime's device choice is
+   not the driver's to change. */
 static int sim_ctx_set_current(void *ctx) {
+    int d;
     pthread_mutex_lock(&g.mu);
-    if (!ctx) {
-        tls_ctx = -1;
-        tls_dev = -1;
-    } else {
-        int d = (int)((char *)ctx - g.ctx_handle);
-        if (d < 0 || d >= MAXDEV || !g.ctx[d]) {
-            pthread_mutex_unlock(&g.mu);
-            return 201; /* CUDA_ERROR_INVALID_CONTEXT */
-        }
-        tls_ctx = tls_dev = d;
+    d = ctx_of(ctx);
+    if (ctx && d < 0) {
+        pthread_mutex_unlock(&g.mu);
+        return 201;
     }
+    if (ctx) tls_ctx = d;
+    else tls_ctx = tls_depth ? tls_below[--tls_depth] : -1;
     pthread_mutex_unlock(&g.mu);
     return 0;
 }
 
+/* DOC (cuCtxPushCurrent): "Pushes the given context ctx onto the CPU
+   thread's stack of current contexts. The specified context becomes the CPU
+   thread's current context". */
+static int sim_ctx_push(void *ctx) {
+    int d;
+    pthread_mutex_lock(&g.mu);
+    d = ctx_of(ctx);
+    if (d < 0 || tls_depth == STACK) {
+        pthread_mutex_unlock(&g.mu);
+        return 201;
+    }
+    tls_below[tls_depth++] = tls_ctx;
+    tls_ctx = d;
+    pthread_mutex_unlock(&g.mu);
+    return 0;
+}
+
+/* DOC (cuCtxPopCurrent): "Pops the current CUDA context from the CPU thread
+   and passes back the old context handle in *pctx. ... If a context was
+   current to the CPU thread before cuCtxCreate() or cuCtxPushCurrent() was
+   called, this function makes that context current to the CPU thread
+   again." */
+static int sim_ctx_pop(void **pctx) {
+    pthread_mutex_lock(&g.mu);
+    if (tls_ctx < 0) {
+        pthread_mutex_unlock(&g.mu);
+        return 201;
+    }
+    if (pctx) *pctx = &g.ctx_handle[tls_ctx];
+    tls_ctx = tls_depth ? tls_below[--tls_depth] : -1;
+    pthread_mutex_unlock(&g.mu);
+    return 0;
+}
+
+/* DOC (cuDeviceGet): "Returns in *device a device handle given an ordinal
+   in the range [0, cuDeviceGetCount()-1]." */
+static int sim_device_get(int *dev, int ordinal) {
+    int r = 0;
+    pthread_mutex_lock(&g.mu);
+    if (!dev || ordinal < 0 || ordinal >= g.ndev) r = 101;
+    else *dev = ordinal;
+    pthread_mutex_unlock(&g.mu);
+    return r;
+}
+
+/* DOC (cuDevicePrimaryCtxRetain): "Once the user successfully retains the
+   primary context, the primary context will be active and available to the
+   user until the user releases it ... Unlike cuCtxCreate() the newly
+   retained context is not pushed onto the stack." A device in
+   exclusive-process mode that another process holds cannot give this
+   process a context: the header names no code for it, so 999 (unknown). */
+static int sim_primary_retain(void **pctx, int dev) {
+    pthread_mutex_lock(&g.mu);
+    if (!pctx || dev < 0 || dev >= g.ndev) {
+        pthread_mutex_unlock(&g.mu);
+        return 101;
+    }
+    if (!g.ctx[dev] && g.busy[dev]) {
+        pthread_mutex_unlock(&g.mu);
+        return 999;
+    }
+    g.ctx[dev] = 1;
+    g.retained[dev]++;
+    *pctx = &g.ctx_handle[dev];
+    pthread_mutex_unlock(&g.mu);
+    return 0;
+}
+
+/* DOC (cuDevicePrimaryCtxRelease): "Releasing a primary context that has
+   not been previously retained will fail with CUDA_ERROR_INVALID_CONTEXT.
+   Please note that unlike cuCtxDestroy() this method does not pop the
+   context from stack in any circumstances." */
+static int sim_primary_release(int dev) {
+    int r = 0;
+    pthread_mutex_lock(&g.mu);
+    if (dev < 0 || dev >= g.ndev) r = 101;
+    else if (g.retained[dev] == 0) r = 201;
+    else g.retained[dev]--;
+    pthread_mutex_unlock(&g.mu);
+    return r;
+}
+
+static const struct {
+    const char *name;
+    void *fn;
+} driver_fns[] = {
+    /* function pointers through void *: what the real API hands out */
+    {"cuCtxGetCurrent", (void *)(uintptr_t)sim_ctx_get_current},
+    {"cuCtxSetCurrent", (void *)(uintptr_t)sim_ctx_set_current},
+    {"cuCtxPushCurrent", (void *)(uintptr_t)sim_ctx_push},
+    {"cuCtxPopCurrent", (void *)(uintptr_t)sim_ctx_pop},
+    {"cuDeviceGet", (void *)(uintptr_t)sim_device_get},
+    {"cuDevicePrimaryCtxRetain", (void *)(uintptr_t)sim_primary_retain},
+    {"cuDevicePrimaryCtxRelease", (void *)(uintptr_t)sim_primary_release},
+};
+
+/* DOC (cudaGetDriverEntryPointByVersion): "The API will return cudaSuccess
+   and set the returned funcPtr to NULL if the requested driver function is
+   not supported on the platform, no ABI compatible driver function exists
+   for the CUDA runtime version or if the driver symbol is invalid." The
+   symbols a test marked missing (cudaSimDriverLacks) answer so too. */
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
                                              unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *status) {
@@ -752,9 +883,8 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
     (void)cudaVersion;
     (void)flags;
     if (!symbol || !funcPtr) END(cudaErrorInvalidValue);
-    /* a function pointer through void *: what the real API hands out */
-    if (strcmp(symbol, "cuCtxGetCurrent") == 0) fn = (void *)(uintptr_t)sim_ctx_get_current;
-    else if (strcmp(symbol, "cuCtxSetCurrent") == 0) fn = (void *)(uintptr_t)sim_ctx_set_current;
+    for (size_t i = 0; i < sizeof driver_fns / sizeof driver_fns[0]; i++)
+        if (strcmp(symbol, driver_fns[i].name) == 0 && !strstr(g.lacks, symbol)) fn = driver_fns[i].fn;
     *funcPtr = fn;
     if (status) *status = fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     END(cudaSuccess);
@@ -1166,6 +1296,22 @@ int cudaSimContextCreated(int device) {
 
 int cudaSimThreadHasContext(void) { return tls_ctx >= 0; }
 
+int cudaSimThreadContextDepth(void) { return tls_ctx < 0 ? 0 : tls_depth + 1; }
+
+int cudaSimPrimaryRetained(int device) {
+    int n;
+    pthread_mutex_lock(&g.mu);
+    n = device >= 0 && device < MAXDEV ? g.retained[device] : 0;
+    pthread_mutex_unlock(&g.mu);
+    return n;
+}
+
+void cudaSimDriverLacks(const char *symbols) {
+    pthread_mutex_lock(&g.mu);
+    snprintf(g.lacks, sizeof g.lacks, "%s", symbols ? symbols : "");
+    pthread_mutex_unlock(&g.mu);
+}
+
 int cudaSimEventsWithFlags(unsigned flags) {
     int n = 0;
     pthread_mutex_lock(&g.mu);
@@ -1305,6 +1451,8 @@ void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_cou
     memset(g.fault, 0, sizeof g.fault);
     memset(g.ctx, 0, sizeof g.ctx);
     memset(g.busy, 0, sizeof g.busy);
+    memset(g.retained, 0, sizeof g.retained);
+    g.lacks[0] = '\0';
     memset(g.freed, 0, sizeof g.freed);
     g.nfreed = 0;
     g.gen++;
@@ -1313,6 +1461,7 @@ void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_cou
     g.engine_free = 0;
     memset(g.compute_free, 0, sizeof g.compute_free);
     tls_ctx = tls_dev = -1;
+    tls_depth = 0;
     memset(&g.host, 0, sizeof g.host);
     memset(g.id_clock, 0, sizeof g.id_clock);
     memset(g.calls, 0, sizeof g.calls);
