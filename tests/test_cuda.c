@@ -1161,6 +1161,201 @@ static void test_torchrun_rank_creates_no_context_on_device_0(void) {
     CHECK_EQ(batches, 10);
 }
 
+/* The caller's CUDA state, after every public call, on a thread of its own
+   (so its state is exactly what the test made it): the device cudaGetDevice
+   answers and the depth of its context stack must be as they were, and no
+   context may appear on a device but the caller's and the loader's (1).
+   caller_dev -1: the caller never called cudaSetDevice. old_driver: the
+   entry-point lookup answers "symbol not found" for the primary-context
+   calls, so the library takes its fallback (cudaSetDevice for the span of
+   a call); the runtime's device choice of a caller that never made one is
+   then not kept (documented), everything else is. */
+typedef struct caller_case {
+    int caller_dev, old_driver;
+    cudaStream_t stream; /* the consumer stream, on device 1 */
+    tload *t;
+    int wrong_dev, wrong_depth, calls, batches;
+    char first[160];
+} caller_case;
+
+static void caller_check(caller_case *k, const char *after, int want_dev, int want_depth) {
+    int d = -1, depth = cudaSimThreadContextDepth();
+    k->calls++;
+    CHECK(cudaGetDevice(&d) == cudaSuccess);
+    if (d != want_dev && !(k->old_driver && k->caller_dev < 0)) {
+        if (!k->wrong_dev++ && !k->wrong_depth)
+            snprintf(k->first, sizeof k->first, "after %s: cudaGetDevice answers %d, not %d", after, d, want_dev);
+    }
+    if (depth != want_depth) {
+        if (!k->wrong_depth++ && !k->wrong_dev)
+            snprintf(k->first, sizeof k->first, "after %s: %d contexts current, not %d", after, depth, want_depth);
+    }
+}
+
+static void *caller_thread(void *arg) {
+    caller_case *k = (caller_case *)arg;
+    int want_dev = k->caller_dev < 0 ? 0 : k->caller_dev, depth;
+    pf_config cfg = t_config(k->t, 60, 6, 1);
+    pf_loader *l = NULL;
+    pf_stats st;
+    char tok[256];
+    if (k->caller_dev >= 0) CHECK(cudaSetDevice(k->caller_dev) == cudaSuccess);
+    depth = cudaSimThreadContextDepth();
+    cfg.cuda_device = 1;
+    cfg.stream = k->stream;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    caller_check(k, "pf_create", want_dev, depth);
+    if (!l) return NULL;
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(l, &b);
+        caller_check(k, "pf_next", want_dev, depth);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_DATA);
+            break;
+        }
+        k->batches++;
+        if (k->batches % 2) {
+            CHECK_EQ(pf_batch_wait(l, &b), PF_OK);
+            caller_check(k, "pf_batch_wait", want_dev, depth);
+        }
+        pf_get_stats(l, &st);
+        caller_check(k, "pf_get_stats", want_dev, depth);
+        CHECK_EQ(pf_checkpoint(l, tok, sizeof tok), PF_OK);
+        caller_check(k, "pf_checkpoint", want_dev, depth);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        caller_check(k, "pf_release", want_dev, depth);
+    }
+    pf_destroy(l);
+    caller_check(k, "pf_destroy", want_dev, depth);
+    return NULL;
+}
+
+/* A fresh runtime with three GPUs, the consumer stream on device 1, and
+   the caller on caller_dev (-1: none chosen). */
+static void run_caller_case(caller_case *k) {
+    tload t;
+    pthread_t th;
+    char msg[768];
+    t_load_init(&t);
+    cudaSimReset(h_seed, 30, 3);
+    if (k->old_driver)
+        cudaSimDriverLacks("cuDeviceGet cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuCtxPushCurrent "
+                           "cuCtxPopCurrent");
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking) == cudaSuccess);
+    cudaSimForbidLegacyStream(1);
+    k->t = &t;
+    pthread_create(&th, NULL, caller_thread, k);
+    pthread_join(th, NULL);
+    CHECK_EQ(k->batches, 10);
+    CHECK(k->calls > 40);
+    CHECK(cudaStreamSynchronize(k->stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(k->stream) == cudaSuccess);
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    CHECK_EQ(cudaSimPrimaryRetained(1), 0); /* pf_destroy released what pf_create retained */
+    t_load_free(&t);
+}
+
+static void check_caller_state_kept(int old_driver) {
+    static const int callers[] = {-1, 0, 2};
+    for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++) {
+        caller_case k;
+        memset(&k, 0, sizeof k);
+        k.caller_dev = callers[i];
+        k.old_driver = old_driver;
+        run_caller_case(&k);
+        CHECKF(k.wrong_dev == 0 && k.wrong_depth == 0, "caller on %d%s: %s (%d of %d calls)", k.caller_dev,
+               old_driver ? ", old driver" : "", k.first, k.wrong_dev + k.wrong_depth, k.calls);
+        /* contexts only where the caller or the loader asked for one */
+        CHECKF(cudaSimContextCreated(0) == (k.caller_dev == 0), "caller on %d: a context on device 0",
+               k.caller_dev);
+        CHECKF(cudaSimContextCreated(2) == (k.caller_dev == 2), "caller on %d: a context on device 2",
+               k.caller_dev);
+    }
+}
+
+/* Never chose a device, on device 0, on device 2; the loader on device 1:
+   cudaGetDevice and the context stack read the same after every call. */
+static void test_caller_state_kept_after_every_call(void) { check_caller_state_kept(0); }
+
+/* The same where the driver answers "symbol not found" for the primary-
+   context calls: the fallback keeps the context rule (no context on device
+   0, none left current), and a chosen device. */
+static void test_caller_state_kept_with_an_old_driver(void) { check_caller_state_kept(1); }
+
+/* Worker threads are bound to the loader's device: a load that calls CUDA
+   (cuda_device = 1) finds device 1 current. */
+static int load_dev_wrong;
+static int load_checks_device(void *user, pf_job *job) {
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess || d != 1) __atomic_add_fetch(&load_dev_wrong, 1, __ATOMIC_RELAXED);
+    return t_load(user, job);
+}
+
+static void test_load_runs_on_the_loaders_device(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t_cons_init(&c);
+    cudaSimReset(h_seed, 30, 2);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking) == cudaSuccess);
+    cudaSimForbidLegacyStream(1);
+    load_dev_wrong = 0;
+    cfg = t_config(&t, 60, 6, 1);
+    cfg.load = load_checks_device;
+    cfg.cuda_device = 1;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 10);
+    CHECK_EQ(__atomic_load_n(&load_dev_wrong, __ATOMIC_RELAXED), 0);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+/* One device slot, slow modelled copies: batch k+1's copy into the slot
+   is queued while batch k's is still in flight. Alternately released at
+   once, and waited for (pf_batch_wait) then read on the host: a wait that
+   trusted the earlier copy's completion would read the earlier batch. */
+static void test_batch_wait_after_the_slot_was_reused(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    int n = 0;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 80, 4, 1);
+    cfg.device_slots = 1;
+    cfg.host_slots = 4;
+    cudaSimSetTiming((double)cfg.batch_bytes / 0.002); /* 2 ms a copy */
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(c.l, &b);
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_EPOCH);
+            break;
+        }
+        if (n++ % 2) {
+            CHECK_EQ(pf_batch_wait(c.l, &b), PF_OK);
+            cudaSimHostRead(b.data, b.bytes);
+            t_verify(&c, (const uint64_t *)b.data, b.bytes, b.epoch, b.batch, b.count, b.rng, b.indices);
+        }
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    CHECK_EQ(n, 20);
+    CHECK_EQ(c.checked, 10);
+    t_end(&c); /* and no race: every host read was ordered after its copy */
+    t_load_free(&t);
+}
+
 static void test_exclusive_process_device_falls_back_to_host(void) {
     tload t;
     pf_config cfg;
@@ -1733,6 +1928,10 @@ static const h_test tests[] = {
     {"messages_name_the_call_that_failed", test_messages_name_the_call_that_failed},
     {"next_racing_a_release_is_not_invalid_state", test_next_racing_a_release_is_not_invalid_state},
     {"torchrun_rank_no_context_on_device_0", test_torchrun_rank_creates_no_context_on_device_0},
+    {"caller_state_kept_after_every_call", test_caller_state_kept_after_every_call},
+    {"caller_state_kept_with_an_old_driver", test_caller_state_kept_with_an_old_driver},
+    {"load_runs_on_the_loaders_device", test_load_runs_on_the_loaders_device},
+    {"batch_wait_after_the_slot_was_reused", test_batch_wait_after_the_slot_was_reused},
     {"exclusive_process_device_falls_back", test_exclusive_process_device_falls_back_to_host},
     {"verdict_right_in_three_modelled_regimes", test_verdict_right_in_three_modelled_regimes},
     {"no_device", test_no_device},
