@@ -387,6 +387,11 @@ PF_API const char *pf_result_string(pf_result r);
 /* pf_get_stats: a snapshot of counters and the verdict. Any thread. */
 PF_API void pf_get_stats(const pf_loader *l, pf_stats *out);
 
+/* pf_get_backend: the backend l runs on, PF_BACKEND_CUDA (b.data is device
+   memory) or PF_BACKEND_HOST (host memory); never DEFAULT, which pf_create
+   resolves. NULL: PF_BACKEND_DEFAULT. Thread safety: any thread. */
+PF_API pf_backend pf_get_backend(const pf_loader *l);
+
 /* pf_config_defaults: cfg with every zero field replaced by its default. */
 PF_API pf_config pf_config_defaults(const pf_config *cfg);
 
@@ -2011,20 +2016,46 @@ static void pf__bind_thread_cuda(pf_loader *l) {
                 cudaGetErrorString(e));
 }
 
-/* Is there a device to use? PF_OK, PF_ERR_NO_DEVICE (with the runtime's
-   message) or PF_ERR_INVALID_ARG (cuda_device out of range). Creates no
-   context: cudaGetDeviceCount does not. */
+/* What the machine has, in words, for a "no usable device" message: no
+   driver at all, a driver too old for this runtime, or a driver that sees
+   no device. DOC (cudaDriverGetVersion): "If no driver is installed, then 0
+   is returned as the driver version." */
+static void pf__cuda_found(char *dst, size_t n, cudaError_t e, int count) {
+    int drv = 0, rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = -1;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+    (void)cudaGetLastError();
+    if (drv == 0)
+        pf__format(dst, n, "no NVIDIA driver is installed (cudaDriverGetVersion reports none)");
+    else if (drv > 0 && (e == cudaErrorInsufficientDriver || (rt > 0 && drv < rt)))
+        pf__format(dst, n, "the NVIDIA driver's version is insufficient: it supports CUDA %d.%d, this program's "
+                   "runtime is CUDA %d.%d (update the driver)", drv / 1000, drv % 1000 / 10, rt / 1000,
+                   rt % 1000 / 10);
+    else if (drv > 0 && (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)))
+        pf__format(dst, n, "the NVIDIA driver (CUDA %d.%d) finds no device (check CUDA_VISIBLE_DEVICES)",
+                   drv / 1000, drv % 1000 / 10);
+    else
+        pf__format(dst, n, "the CUDA runtime cannot use a device");
+}
+
+/* Is there a device to use? PF_OK, PF_ERR_NO_DEVICE (what was found, and
+   the runtime's message) or PF_ERR_INVALID_ARG (cuda_device out of range).
+   Creates no context: cudaGetDeviceCount does not. */
 static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
     int count = 0;
+    char found[PF__MSG_SIZE];
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         char m[PF__MSG_SIZE];
         pf__cuda_msg(m, sizeof m, "cudaGetDeviceCount", e);
-        pf__format(why, n, "no usable CUDA device: %s", m);
+        (void)cudaGetLastError();
+        pf__cuda_found(found, sizeof found, e, 0);
+        pf__format(why, n, "no usable CUDA device: %s; %s", found, m);
         return pf__cuda_no_device(e) ? PF_ERR_NO_DEVICE : PF_ERR_CUDA;
     }
     if (count <= 0) {
-        pf__format(why, n, "no usable CUDA device: cudaGetDeviceCount reports 0 devices");
+        pf__cuda_found(found, sizeof found, e, 0);
+        pf__format(why, n, "no usable CUDA device: %s; cudaGetDeviceCount reports 0 devices", found);
         return PF_ERR_NO_DEVICE;
     }
     if (c->cuda_device >= count) {
@@ -3059,6 +3090,39 @@ thread_fail:
     return PF_ERR_THREAD;
 }
 
+/* PF_BACKEND_DEFAULT found no usable GPU; why says what was found. What a
+   user expects decides what happens next:
+   - cfg.stream set: the loop launches kernels on the batches, and host
+     pointers would fail in every one of them, far from the cause. So
+     pf_create fails with PF_ERR_NO_DEVICE and the reason (set cfg.backend
+     = PF_BACKEND_HOST to run on the CPU on purpose).
+   - cfg.cuda_device set (not 0) and no stream: the host backend, loudly: a
+     warning through cfg.log, or on stderr when there is none (the one
+     thing the library ever prints), since the config named a GPU.
+   - neither: the fallback DEFAULT promises (the same binary runs on a
+     laptop), logged through cfg.log at INFO.
+   pf_get_backend tells a loop which one it got. Clears why on PF_OK. */
+static pf_result pf__host_fallback(const pf_config *c, char *why, size_t n) {
+    char found[PF__MSG_SIZE];
+    pf__format(found, sizeof found, "%s", why);
+    if (c->stream) {
+        pf__format(why, n, "%s; cfg.stream is set, so the loop expects device pointers: not falling back to "
+                   "the host backend (set cfg.backend = PF_BACKEND_HOST to run on the CPU)", found);
+        return PF_ERR_NO_DEVICE;
+    }
+    why[0] = '\0';
+    if (c->cuda_device != 0) {
+        char m[PF__MSG_SIZE];
+        pf__format(m, sizeof m, "backend: %s; cfg.cuda_device is %d, but using the host backend: batches are "
+                   "host memory (pf_get_backend says PF_BACKEND_HOST)", found, c->cuda_device);
+        if (c->log) c->log(c->log_user, PF_LOG_WARN, m);
+        else fprintf(stderr, "prefetch.h: warning: %s\n", m);
+        return PF_OK;
+    }
+    pf__log(c, PF_LOG_INFO, "backend: %s; using the host backend", found);
+    return PF_OK;
+}
+
 PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     char *why = pf__create_error;
     size_t n = sizeof pf__create_error;
@@ -3094,8 +3158,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
             return r;
         } else {
             (void)cudaGetLastError();
-            pf__log(&c, PF_LOG_INFO, "backend: %s; using the host backend", why);
-            why[0] = '\0';
+            r = pf__host_fallback(&c, why, n);
+            if (r != PF_OK) return r;
         }
     }
 #else
@@ -3104,8 +3168,12 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
                            "define PREFETCH_CUDA and link -lcudart, or build with nvcc");
         return PF_ERR_NO_DEVICE;
     }
-    if (c.backend == PF_BACKEND_DEFAULT)
-        pf__log(&c, PF_LOG_INFO, "backend: compiled without PREFETCH_CUDA; using the host backend");
+    if (c.backend == PF_BACKEND_DEFAULT) {
+        pf__format(why, n, "prefetch.h was compiled without CUDA (define PREFETCH_CUDA and link -lcudart, "
+                           "or build with nvcc)");
+        r = pf__host_fallback(&c, why, n);
+        if (r != PF_OK) return r;
+    }
 #endif
     r = pf__build(&c, backend, &l, why, n);
     if (r == PF_ERR_NO_DEVICE && backend == PF_BACKEND_CUDA && c.backend == PF_BACKEND_DEFAULT) {
@@ -3113,8 +3181,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
            another process (cudaSetDevice says so, cudaGetDeviceCount not) */
         pf__teardown(l);
         l = NULL;
-        pf__log(&c, PF_LOG_INFO, "backend: %s; using the host backend", why);
-        why[0] = '\0';
+        r = pf__host_fallback(&c, why, n);
+        if (r != PF_OK) return r;
         backend = PF_BACKEND_HOST;
         r = pf__build(&c, backend, &l, why, n);
     }
@@ -3129,6 +3197,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     *out = l;
     return PF_OK;
 }
+
+PF_API pf_backend pf_get_backend(const pf_loader *l) { return l ? l->backend : PF_BACKEND_DEFAULT; }
 
 PF_API void pf_destroy(pf_loader *l) {
     if (l) pf__teardown(l);

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Mutants: the library's own calls, bent. 0 = the real library. Each is
    one class of bug; every one must make a test below fail:
@@ -1494,7 +1495,8 @@ static void test_no_device(void) {
     c.on_host = 1;
     CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
     CHECK_EQ(log_n, 2);
-    CHECK_CONTAINS(log_msg, "no usable CUDA device: cudaGetDeviceCount failed: no CUDA-capable device");
+    CHECK_CONTAINS(log_msg, "no usable CUDA device: the NVIDIA driver (CUDA 13.0) finds no device");
+    CHECK_CONTAINS(log_msg, "cudaGetDeviceCount failed: no CUDA-capable device");
     CHECK_CONTAINS(log_msg, "using the host backend");
     pf_get_stats(c.l, &s);
     CHECK_EQ(s.backend, PF_BACKEND_HOST);
@@ -1507,8 +1509,10 @@ static void test_no_device(void) {
 
     cudaSimReset(h_seed, 0, 1);
     cudaSimSetGlobalError(cudaErrorInsufficientDriver); /* no driver at all */
+    cudaSimSetDriverVersion(0);
     cfg.backend = PF_BACKEND_CUDA;
     CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+    CHECK_CONTAINS(pf_error(NULL), "no NVIDIA driver is installed");
     CHECK_CONTAINS(pf_error(NULL), "CUDA driver version is insufficient");
     CHECK_CONTAINS(pf_error(NULL), "cudaErrorInsufficientDriver");
     cfg.backend = PF_BACKEND_DEFAULT;
@@ -1519,6 +1523,96 @@ static void test_no_device(void) {
     pf_destroy(l);
     cudaSimReset(h_seed, 0, 1);
     t_load_free(&t);
+}
+
+/* PF_BACKEND_DEFAULT without a usable GPU: a config with a stream fails
+   (kernels would get host pointers), one naming only a device falls back
+   with a warning (on stderr without cfg.log), and the message says what
+   was found: no driver, a driver too old, or no device. */
+static int warn_n;
+static char warn_msg[1024];
+static void warn_log(void *user, int level, const char *msg) {
+    (void)user;
+    if (level == PF_LOG_WARN) {
+        warn_n++;
+        snprintf(warn_msg, sizeof warn_msg, "%s", msg);
+    }
+}
+
+static void test_default_backend_never_silently_host(void) {
+    static const struct {
+        int devices, driver;
+        cudaError_t err;
+        const char *found;
+    } machines[] = {
+        {0, 13000, cudaSuccess, "the NVIDIA driver (CUDA 13.0) finds no device"},
+        {1, 0, cudaErrorInsufficientDriver, "no NVIDIA driver is installed"},
+        {1, 11080, cudaErrorInsufficientDriver,
+         "the NVIDIA driver's version is insufficient: it supports CUDA 11.8, this program's runtime is CUDA 13.0"},
+    };
+    tload t;
+    t_load_init(&t);
+    for (size_t i = 0; i < sizeof machines / sizeof machines[0]; i++) {
+        pf_config cfg = t_config(&t, 50, 5, 1);
+        pf_loader *l = (pf_loader *)&t;
+        char err[128] = "";
+        FILE *cap;
+        int saved;
+        cudaSimReset(h_seed, 0, machines[i].devices);
+        cudaSimSetDriverVersion(machines[i].driver);
+        if (machines[i].err != cudaSuccess) cudaSimSetGlobalError(machines[i].err);
+        cfg.backend = PF_BACKEND_DEFAULT;
+        cfg.stream = (void *)&cfg; /* any stream: pf_create must refuse before using it */
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+        CHECK(l == NULL);
+        CHECK_CONTAINS(pf_error(NULL), machines[i].found);
+        CHECK_CONTAINS(pf_error(NULL), "cfg.stream is set");
+        CHECK_CONTAINS(pf_error(NULL), "PF_BACKEND_HOST");
+        /* a device named, no stream: the host backend, with a warning */
+        cfg.stream = NULL;
+        cfg.cuda_device = 1;
+        cfg.log = warn_log;
+        warn_n = 0;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        CHECK_EQ(warn_n, 1);
+        CHECK_CONTAINS(warn_msg, machines[i].found);
+        CHECK_CONTAINS(warn_msg, "cfg.cuda_device is 1, but using the host backend");
+        CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
+        pf_destroy(l);
+        /* ... on stderr when there is no cfg.log */
+        cfg.log = NULL;
+        fflush(stderr);
+        cap = tmpfile();
+        saved = dup(2);
+        CHECK(cap && saved >= 0 && dup2(fileno(cap), 2) >= 0);
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        rewind(cap);
+        if (!fgets(err, sizeof err, cap)) err[0] = '\0';
+        fclose(cap);
+        CHECK_CONTAINS(err, "prefetch.h: warning: backend: no usable CUDA device");
+        pf_destroy(l);
+        CHECK_EQ(pf_get_backend(NULL), PF_BACKEND_DEFAULT);
+    }
+    cudaSimReset(h_seed, 0, 1);
+    t_load_free(&t);
+}
+
+/* pf_get_backend on a working GPU. */
+static void test_get_backend_on_a_gpu(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_open(&t, &c, &r);
+    cfg = t_config(&t, 20, 5, 1);
+    cfg.backend = PF_BACKEND_DEFAULT;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(pf_get_backend(c.l), PF_BACKEND_CUDA);
+    CHECK_EQ(t_drain(&c, &r, 100), PF_END_OF_DATA);
+    t_close(&t, &c, &r);
 }
 
 static void test_device_out_of_range(void) {
@@ -1935,6 +2029,8 @@ static const h_test tests[] = {
     {"exclusive_process_device_falls_back", test_exclusive_process_device_falls_back_to_host},
     {"verdict_right_in_three_modelled_regimes", test_verdict_right_in_three_modelled_regimes},
     {"no_device", test_no_device},
+    {"default_backend_never_silently_host", test_default_backend_never_silently_host},
+    {"get_backend_on_a_gpu", test_get_backend_on_a_gpu},
     {"device_out_of_range", test_device_out_of_range},
     {"second_device_and_caller_device_kept", test_second_device_and_caller_device_kept},
     {"one_loader_per_gpu_in_one_process", test_one_loader_per_gpu_in_one_process},

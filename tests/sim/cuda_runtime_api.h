@@ -76,6 +76,8 @@ const char *cudaGetErrorString(cudaError_t error);
 const char *cudaGetErrorName(cudaError_t error);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaDriverGetVersion(int *driverVersion);
+cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
@@ -112,12 +114,16 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
 /* Start afresh: every object of the previous run must be gone. seed drives
    the delays; each stream operation waits 0..max_delay_us first. */
 void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_count);
-/* Make every call answer `err` (e.g. cudaErrorInsufficientDriver: no driver). */
+/* Make every call answer `err` (e.g. cudaErrorInsufficientDriver: no driver,
+   or one too old), but the version queries. */
 void cudaSimSetGlobalError(cudaError_t err);
 /* The nth call (1-based, counted from now) of function `fn` fails with err;
    sticky: that call and every later one fail. */
 void cudaSimFailNth(const char *fn, int nth, cudaError_t err, int sticky);
 void cudaSimClearFaults(void);
+/* What cudaDriverGetVersion answers (0: no driver installed); reset to
+   CUDART_VERSION by cudaSimReset. */
+void cudaSimSetDriverVersion(int version);
 /* Calls of fn since the last reset. */
 int cudaSimCalls(const char *fn);
 /* The flags argument of fn's latest call. */

@@ -101,7 +101,7 @@ enum {
     F_GetDeviceCount, F_SetDevice, F_GetDevice, F_DeviceSynchronize, F_HostAlloc, F_FreeHost, F_Malloc, F_Free,
     F_StreamCreateWithFlags, F_StreamDestroy, F_StreamSynchronize, F_StreamWaitEvent, F_EventCreateWithFlags,
     F_EventDestroy, F_EventRecord, F_EventQuery, F_EventSynchronize, F_MemcpyAsync, F_LaunchHostFunc,
-    F_GetDriverEntryPoint, F_COUNT
+    F_GetDriverEntryPoint, F_DriverGetVersion, F_RuntimeGetVersion, F_COUNT
 };
 /* Calls that need a context: every one but the device queries, the error
    strings and the entry-point lookup. */
@@ -115,7 +115,7 @@ static const char *const fn_names[F_COUNT] = {
     "cudaFreeHost", "cudaMalloc", "cudaFree", "cudaStreamCreateWithFlags", "cudaStreamDestroy",
     "cudaStreamSynchronize", "cudaStreamWaitEvent", "cudaEventCreateWithFlags", "cudaEventDestroy",
     "cudaEventRecord", "cudaEventQuery", "cudaEventSynchronize", "cudaMemcpyAsync", "cudaLaunchHostFunc",
-    "cudaGetDriverEntryPointByVersion"};
+    "cudaGetDriverEntryPointByVersion", "cudaDriverGetVersion", "cudaRuntimeGetVersion"};
 
 static struct {
     pthread_mutex_t mu;
@@ -145,6 +145,7 @@ static struct {
     int busy[MAXDEV];             /* exclusive-process, held elsewhere */
     int retained[MAXDEV];         /* cuDevicePrimaryCtxRetain count    */
     char lacks[512];              /* driver symbols the lookup denies  */
+    int driver_version;           /* cudaDriverGetVersion's answer     */
     char ctx_handle[MAXDEV];      /* addresses that serve as CUcontext */
     unsigned gen;                 /* bumps at each reset               */
     double bw;                    /* timing model: H2D bytes/s, 0 off  */
@@ -157,7 +158,8 @@ static struct {
         size_t n;
     } freed[64];                  /* host memory freed (tests' allocator) */
     unsigned nfreed;
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .ndev = 1, .rng = 1};
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .ndev = 1, .rng = 1,
+       .driver_version = CUDART_VERSION};
 
 /* A thread's CUDA state is two things, kept apart as the runtime keeps them:
    DOC (cudaSetDevice): "Sets device as the current device for the calling
@@ -256,7 +258,9 @@ static cudaError_t begin(int f) {
         tls_gen = g.gen;
     }
     tls_calls[f]++;
-    if (g.global_err != cudaSuccess && f != F_GetDevice) return g.global_err;
+    /* the version queries answer without a driver: see cudaDriverGetVersion */
+    if (g.global_err != cudaSuccess && f != F_GetDevice && f != F_DriverGetVersion && f != F_RuntimeGetVersion)
+        return g.global_err;
     if (g.fail_at[f] && (n == g.fail_at[f] || (g.fail_sticky[f] && n > g.fail_at[f]))) return g.fail_err[f];
     if (needs_ctx[f] && tls_ctx < 0) {
         /* DOC (the runtime's initialization note): a call that needs a
@@ -736,6 +740,33 @@ cudaError_t cudaGetDevice(int *device) {
     if (!device) END(cudaErrorInvalidValue);
     *device = cur_dev();
     END(cudaSuccess);
+}
+
+/* DOC (cudaDriverGetVersion): "Returns in *driverVersion the latest version
+   of CUDA supported by the driver. ... If no driver is installed, then 0 is
+   returned as the driver version." (cudaSimSetDriverVersion; the version
+   queries answer even under cudaSimSetGlobalError, as they do without a
+   driver.) */
+cudaError_t cudaDriverGetVersion(int *v) {
+    BEGIN(F_DriverGetVersion)
+    if (!v) END(cudaErrorInvalidValue);
+    *v = g.driver_version;
+    END(cudaSuccess);
+}
+
+/* DOC (cudaRuntimeGetVersion): "Returns in *runtimeVersion the version
+   number of the current CUDA Runtime instance." */
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    BEGIN(F_RuntimeGetVersion)
+    if (!v) END(cudaErrorInvalidValue);
+    *v = CUDART_VERSION;
+    END(cudaSuccess);
+}
+
+void cudaSimSetDriverVersion(int version) {
+    pthread_mutex_lock(&g.mu);
+    g.driver_version = version;
+    pthread_mutex_unlock(&g.mu);
 }
 
 /* DOC (cuCtxGetCurrent, cuda.h): "If no context is bound to the calling
@@ -1452,6 +1483,7 @@ void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_cou
     memset(g.ctx, 0, sizeof g.ctx);
     memset(g.busy, 0, sizeof g.busy);
     memset(g.retained, 0, sizeof g.retained);
+    g.driver_version = CUDART_VERSION;
     g.lacks[0] = '\0';
     memset(g.freed, 0, sizeof g.freed);
     g.nfreed = 0;
