@@ -60,7 +60,15 @@ SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan 
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu
 RELIABILITY := $(B)/fuzz_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
 HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
-CUDA_TESTS := $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
+# Older toolkits' header surfaces, derived from the installed one by
+# tests/cuda_shapes.sh (those older than it): the CUDA backend is built
+# against each with gcc, g++ and nvcc, as users on 11.8, 12.4 and 12.8 build it.
+CUDART_HAVE := $(if $(CUDA_INC_DIR),$(shell sed -n 's/^\#define CUDART_VERSION[ \t]*\([0-9]*\).*/\1/p' $(CUDA_INC_DIR)/cuda_runtime_api.h))
+SHAPES   := $(if $(CUDART_HAVE),$(shell for v in 11.8:11080 12.4:12040 12.8:12080; do \
+	[ $${v#*:} -lt $(CUDART_HAVE) ] && printf '%s ' $${v%:*}; done))
+shape_num = $(word 2,$(subst :, ,$(filter $1:%,11.8:11080 12.4:12040 12.8:12080)))
+SHAPE_TESTS := $(foreach v,$(SHAPES),$(B)/shape_$(v)_gcc $(B)/shape_$(v)_cxx $(B)/shape_$(v)_nvcc)
+CUDA_TESTS := $(SHAPE_TESTS) $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
 
 ALL_TESTS := $(HOST_TESTS) $(SIM_TESTS) $(COMPILE_TESTS) $(RELIABILITY) $(HOST_EXAMPLES)
@@ -75,7 +83,7 @@ test:
 	@echo "building $(words $(ALL_TESTS)) test programs (gcc$(if $(HAVE_CLANG),$(comma) clang), g++, ASan+UBSan, TSan$(if $(HAVE_CUDA),$(comma) CUDA toolkit at $(CUDA_ROOT)))"
 	@$(MAKE) -k --no-print-directory -j2 test-build > $(B)/build.log 2>&1 || \
 		{ echo "some builds failed (each is counted as a failure below); the compiler said:"; grep -E "error|Error" $(B)/build.log | head -40; }
-	@HAVE_CUDA="$(HAVE_CUDA)" HAVE_CLANG="$(HAVE_CLANG)" CUDA_HOME="$(CUDA_HOME)" NVCC="$(NVCC)" sh tests/run.sh
+	@HAVE_CUDA="$(HAVE_CUDA)" HAVE_CLANG="$(HAVE_CLANG)" CUDA_HOME="$(CUDA_HOME)" NVCC="$(NVCC)" SHAPES="$(SHAPES)" sh tests/run.sh
 
 comma := ,
 test-build: $(ALL_TESTS)
@@ -209,6 +217,22 @@ $(B)/gpu_bench: bench/gpu_bench.cu $(HDR)
 $(B)/demo_cuda: examples/demo.c $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) -x cu $< -o $@
+
+# ---- older toolkits' header surfaces (tests/cuda_shapes.sh): gcc, g++, nvcc
+$(B)/cuda-shapes/stamp: tests/cuda_shapes.sh
+	@mkdir -p $(B)/cuda-shapes
+	sh tests/cuda_shapes.sh $(CUDA_INC_DIR) $(B)/cuda-shapes
+	@touch $@
+$(B)/shape_%_gcc: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
+	@rm -f $@
+	$(CC) $(CSTD) $(WARN) -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@ $(CUDA_LIB) -lpthread
+$(B)/shape_%_cxx: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
+	@rm -f $@
+	$(CXX) -std=c++17 $(WARN) -x c++ -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@ \
+		$(CUDA_LIB) -lpthread
+$(B)/shape_%_nvcc: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) -x cu -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@
 
 # ---- examples and the demo
 $(B)/demo: examples/demo.c $(HDR)

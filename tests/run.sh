@@ -119,6 +119,12 @@ if [ "$HAVE_CUDA" = "1" ]; then
     step "nvcc examples/llmc_tokens.cu --check" $B/llmc_tokens_cuda --check
     step "nvcc bench/gpu_bench.cu"      $B/gpu_bench --quick
     step "nvcc demo --quick"            $B/demo_cuda --quick
+    for v in $SHAPES; do
+        echo "the CUDA backend against a CUDA $v-shaped header (tests/cuda_shapes.sh)"
+        step "CUDA $v headers, gcc"    $B/shape_${v}_gcc
+        step "CUDA $v headers, g++"    $B/shape_${v}_cxx
+        step "CUDA $v headers, nvcc"   $B/shape_${v}_nvcc
+    done
 else
     echo "SKIPPED: the CUDA toolkit builds (gcc/g++ -lcudart, nvcc): no toolkit at ${CUDA_HOME:-/usr/local/cuda}"
     echo "         and no nvcc on PATH; set CUDA_HOME to run them. The simulated-runtime suites above did run."
