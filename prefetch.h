@@ -866,12 +866,20 @@ typedef struct pf__cuda {
     cudaStream_t consumer, copy; /* copy and the events below: NULL until created */
     unsigned char *pinned, *dev;
     cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
-    cudaEvent_t *hdone;             /* per host slot: the retirer sleeps on it */
+    cudaEvent_t *hdone;             /* behind batch seq's copy, at seq % nhdone
+                                       (copies in flight are consecutive seqs,
+                                       at most host_slots of them): the
+                                       retirer sleeps on it; timed, it is also
+                                       the copy's end for the verdict, so it
+                                       outlives the copy for a while          */
+    uint32_t nhdone;                /* 2 * host_slots + device_slots          */
     cudaEvent_t *reached, *fed;     /* the verdict's marks, batch seq's at
                                        seq % host_slots: recorded on the consumer
                                        stream as pf_next hands it out, before
                                        and after its wait for the copy          */
     uint64_t *mark_seq;             /* the seq each pair holds; 0 none          */
+    uint64_t *hdone_seq;            /* the seq each hdone was last recorded
+                                       behind; 0 none                           */
     cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
     void *primary;                  /* cfg.cuda_device's primary context,
                                        retained in pf_create; NULL: the
@@ -2072,12 +2080,14 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    cudaStreamWaitEvent and cudaEventQuery; BlockingSync only on the events a
    host thread sleeps on (hdone for the retirer, drain for destroy), so a
    waiting thread sleeps instead of spinning a core. The marks keep timing:
-   the verdict reads the GPU's time between them. */
+   the verdict reads the GPU's time between them, and hdone's, the copy's
+   end (one timed event per batch, where an extra mark would be a second
+   record). */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
     size_t host_bytes = (size_t)l->nslots * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
-                   timed = cudaEventDefault;
+                   timed = cudaEventDefault, timed_wait = cudaEventBlockingSync;
     char m[PF__MSG_SIZE];
     cudaError_t e;
     pf_result r = PF_OK;
@@ -2116,9 +2126,10 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->released[d], per_batch), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(released[%u])", (unsigned)d)
     }
-    for (d = 0; d < l->nslots; d++) {
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], host_wait), pf__cuda_code(e),
+    for (d = 0; d < cu->nhdone; d++)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], timed_wait), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
+    for (d = 0; d < l->nslots; d++) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->reached[d], timed), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(reached[%u])", (unsigned)d)
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->fed[d], timed), pf__cuda_code(e),
@@ -2157,8 +2168,9 @@ static void pf__cuda_destroy(pf_loader *l) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
         if (cu->released && cu->released[d]) (void)cudaEventDestroy(cu->released[d]);
     }
-    for (d = 0; cu->hdone && d < l->nslots; d++) {
+    for (d = 0; cu->hdone && d < cu->nhdone; d++)
         if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
+    for (d = 0; cu->reached && d < l->nslots; d++) {
         if (cu->reached[d]) (void)cudaEventDestroy(cu->reached[d]);
         if (cu->fed[d]) (void)cudaEventDestroy(cu->fed[d]);
     }
@@ -2206,11 +2218,14 @@ static void pf__cuda_consumer_failed(pf_loader *l, const char *fn, const char *c
 }
 
 /* Copy host slot s into device slot d, ordered on the GPU after the
-   consumer's release of d, then record hdone[s] for the retirer. Nothing
+   consumer's release of d, then record hdone[seq % nhdone] for the
+   retirer. Nothing
    but GPU work goes into the copy stream: no host function, so consecutive
    copies run back to back. No lock held. */
-static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, char *why, size_t n) {
+static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, uint64_t seq, char *why,
+                          size_t n) {
     pf__cuda *cu = &l->cu;
+    uint32_t k = (uint32_t)(seq % cu->nhdone);
     cudaError_t e;
     char what[PF__MSG_SIZE];
     if ((e = cudaStreamWaitEvent(cu->copy, cu->released[d], 0)) != cudaSuccess) {
@@ -2221,8 +2236,8 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
                    (unsigned long long)bytes, (unsigned)s->index, (unsigned)d);
     } else if ((e = cudaEventRecord(cu->copied[d], cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaEventRecord(copied[%u], copy stream)", (unsigned)d);
-    } else if ((e = cudaEventRecord(cu->hdone[s->index], cu->copy)) != cudaSuccess) {
-        pf__format(what, sizeof what, "stager: cudaEventRecord(hdone[%u], copy stream)", (unsigned)s->index);
+    } else if ((e = cudaEventRecord(cu->hdone[k], cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaEventRecord(hdone[%u], copy stream)", (unsigned)k);
     } else {
         return PF_OK;
     }
@@ -2294,13 +2309,14 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->count = s->count;
         ds->seq = ++cu->staged;
         ds->landed = false;
+        cu->hdone_seq[ds->seq % cu->nhdone] = ds->seq;
         swap = ds->indices; /* the batch's indices travel with it, no copy */
         ds->indices = s->indices;
         s->indices = swap;
         s->state = PF__SLOT_COPYING;
         pf__unlock_wake(l);
         PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->epoch, (unsigned long long)ds->batch);
-        r = pf__stage_copy(l, s, d, ds->bytes, why, sizeof why);
+        r = pf__stage_copy(l, s, d, ds->bytes, ds->seq, why, sizeof why);
         PF__RANGE_POP();
         pf__lock(&l->mu);
         if (r != PF_OK) {
@@ -2345,7 +2361,7 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
         }
         f = cu->flights[cu->flight_head];
         pf__unlock_wake(l);
-        e = cudaEventSynchronize(cu->hdone[f.h]);
+        e = cudaEventSynchronize(cu->hdone[f.seq % cu->nhdone]);
         pf__lock(&l->mu);
         if (e != cudaSuccess) {
             char what[96];
@@ -2371,10 +2387,11 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
 /* The GPU time a stream spent waiting for a copy, below which it did not
    wait at all (an already-landed copy still costs the wait a moment). */
 #define PF__STREAM_WAITED_US 2.0
+#define PF__US_UNKNOWN (-1e300) /* an interval not known (yet); intervals may be negative */
 
 /* Ask the GPU, unlocked (no CUDA call under the lock), about event a, and
    if b is given and a complete, the GPU time from a to b. Returns
-   1 a pending; 0 a complete (*us: a to b, or -1 if not known yet). An
+   1 a pending; 0 a complete (*us: a to b, negative when b came first, or PF__US_UNKNOWN). An
    error (a sticky device fault) stops the pipeline, named as pf_next's.
    Returns with the lock held. */
 static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) {
@@ -2392,7 +2409,7 @@ static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) 
     if (e == cudaSuccess && !pending && b) {
         float ms = 0;
         cudaError_t t = cudaEventElapsedTime(&ms, a, b);
-        *us = t == cudaSuccess ? (double)ms * 1e3 : -1;
+        *us = t == cudaSuccess ? (double)ms * 1e3 : PF__US_UNKNOWN;
         if (t != cudaSuccess) (void)cudaGetLastError(); /* b not landed yet: no error left behind */
     }
     pf__cuda_leave(l, &sv);
@@ -2440,11 +2457,25 @@ static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
      (input-bound). */
 static int pf__cuda_settle(pf_loader *l, const pf__wait_on *on) {
     pf__cuda *cu = &l->cu;
-    uint32_t m = (uint32_t)(on->seq % l->nslots);
-    double us = -1;
+    uint32_t m = (uint32_t)(on->seq % l->nslots), k = (uint32_t)(on->seq % cu->nhdone);
+    double us = PF__US_UNKNOWN, copy_us = PF__US_UNKNOWN;
     if (on->kind == PF__WAIT_COPY && cu->mark_seq[m] == on->seq) {
         if (pf__cuda_ask(l, cu->reached[m], cu->fed[m], &us)) return PF__WAIT_GPU;
-        return us >= 0 && us < PF__STREAM_WAITED_US ? PF__WAIT_GPU : PF__WAIT_COPY;
+        if (us > PF__US_UNKNOWN && us < PF__STREAM_WAITED_US) return PF__WAIT_GPU;
+        /* The stream sat between the marks, but was that its copy? On a GPU
+           that runs streams one after another the gap is also the device's
+           own per-operation latency and other streams' work ("Any number of
+           other different stream operations could execute in between the
+           two measured events", cudaEventElapsedTime). So only the part of
+           it the copy was still running counts: from reaching the batch to
+           the copy's end (hdone, recorded right behind it). */
+        if (cu->hdone_seq[k] == on->seq) {
+            (void)pf__cuda_ask(l, cu->reached[m], cu->hdone[k], &copy_us);
+            /* unknown: the copy has not ended, and the stream waits for it */
+            if (cu->hdone_seq[k] == on->seq && copy_us > PF__US_UNKNOWN)
+                return copy_us < PF__STREAM_WAITED_US ? PF__WAIT_GPU : PF__WAIT_COPY;
+        }
+        return PF__WAIT_COPY;
     }
     if (on->kind == PF__WAIT_INPUT && cu->last_released >= 0 &&
         pf__cuda_ask(l, cu->released[cu->last_released], NULL, NULL))
@@ -2987,8 +3018,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         o_items = pf__reserve(&lay, fifo_cap, sizeof(pf__item));
         o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
         o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
-        o_hdone = pf__reserve(&lay, 3 * (size_t)nslots, sizeof(cudaEvent_t));
-        o_markseq = pf__reserve(&lay, nslots, sizeof(uint64_t));
+        o_hdone = pf__reserve(&lay, 4 * (size_t)nslots + dslots, sizeof(cudaEvent_t));
+        o_markseq = pf__reserve(&lay, 3 * (size_t)nslots + dslots, sizeof(uint64_t));
         o_flights = pf__reserve(&lay, nslots, sizeof(pf__flight));
     }
 #endif
@@ -3045,10 +3076,12 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->fifo_cap = fifo_cap;
         cu->copied = (cudaEvent_t *)(base + o_copied);
         cu->released = (cudaEvent_t *)(base + o_released);
-        cu->hdone = (cudaEvent_t *)(base + o_hdone);
-        cu->reached = cu->hdone + nslots;
+        cu->reached = (cudaEvent_t *)(base + o_hdone);
         cu->fed = cu->reached + nslots;
+        cu->hdone = cu->fed + nslots;
+        cu->nhdone = 2 * nslots + dslots;
         cu->mark_seq = (uint64_t *)(base + o_markseq);
+        cu->hdone_seq = cu->mark_seq + nslots;
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
             cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;

@@ -1403,8 +1403,10 @@ static int regime_load(void *user, pf_job *job) {
     return 0;
 }
 
-/* timing_only: the simulator's benchmark mode, with no stream threads */
-static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
+/* timing_only: the simulator's benchmark mode, with no stream threads;
+   serial_us: a GPU that runs all streams as one FIFO, each operation
+   costing that much (0: copies and kernels overlap) */
+static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_us, pf_stats *st) {
     tcons c;
     pf_config cfg;
     pf_batch b;
@@ -1414,6 +1416,7 @@ static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
        and race-checks few bytes (a sanitizer makes that per-byte work slow
        enough to be the real limit otherwise) */
     cudaSimSetTiming(REGIME_BPS);
+    cudaSimSerialStreams(serial_us);
     memset(&cfg, 0, sizeof cfg);
     cfg.load = regime_load;
     cfg.user = (void *)g;
@@ -1434,6 +1437,40 @@ static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
     pf_get_stats(c.l, st);
     t_end(&c);
     return st->bound;
+}
+
+static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
+    return run_regime_on(g, timing_only, 0, st);
+}
+
+/* A GPU that serialises streams: a compute-bound loop (3 ms kernels, fast
+   loads, 64 us copies) on a device that runs every stream's work in one
+   FIFO, each operation costing it 20 us. The consumer stream's wait for a
+   copy that landed long before still spans two operations of the device's
+   own latency (and whatever other streams queued between the marks): that
+   is not a copy, and the verdict must not say copy-bound. (Twice: with a
+   thread per stream, where the FIFO is the order the threads time their
+   operations in, and timing-only, where it is exactly enqueue order.) */
+static void test_verdict_on_a_gpu_that_serialises_streams(void) {
+    static const struct {
+        regime g;
+        pf_bound want;
+        const char *name;
+    } cases[] = {
+        {{0, 3000, REGIME_MS(0.064)}, PF_BOUND_COMPUTE, "compute-bound (3 ms kernels, 64 us copies, fast loads)"},
+    };
+    for (int mode = 0; mode < 2; mode++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            pf_stats st;
+            pf_bound got = run_regime_on(&cases[i].g, mode, 20, &st);
+            CHECKF(got == cases[i].want, "%s, serial streams%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
+                   cases[i].name, mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s,
+                   st.wait_gpu_s, st.elapsed_s);
+            if (h_verbose)
+                printf("    %s, serial%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name,
+                       mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s,
+                       st.elapsed_s);
+        }
 }
 
 static void test_verdict_right_in_three_modelled_regimes(void) {
@@ -1728,14 +1765,17 @@ static void test_memory_exact_and_flags(void) {
     CHECK_EQ(cudaSimBytesLive(), 5 * 1024 + 3 * 1024);
     CHECK_EQ(cudaSimCalls("cudaHostAlloc"), 1);
     CHECK_EQ(cudaSimCalls("cudaMalloc"), 1);
-    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + 3 * 5 + 1); /* copied, released; hdone, 2 marks; drain */
+    /* copied, released; hdone (2 * host_slots + device_slots: each outlives
+       its copy for the verdict); 2 marks; drain */
+    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + (2 * 5 + 3) + 2 * 5 + 1);
     CHECK_EQ(cudaSimCalls("cudaStreamCreateWithFlags"), 2); /* ours (the test's) and the copy stream */
     CHECK_EQ(cudaSimLastFlags("cudaStreamCreateWithFlags"), cudaStreamNonBlocking);
     /* per-batch events only ever waited on by streams or queried: no
        BlockingSync; the ones a host thread sleeps on: BlockingSync; the
        verdict's marks keep timing */
     CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming), 2 * 3);
-    CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming | cudaEventBlockingSync), 5 + 1);
+    CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming | cudaEventBlockingSync), 1); /* drain */
+    CHECK_EQ(cudaSimEventsWithFlags(cudaEventBlockingSync), 2 * 5 + 3); /* hdone: also the copy's end, timed */
     CHECK_EQ(cudaSimEventsWithFlags(cudaEventDefault), 2 * 5);
     CHECK_EQ(cudaSimLastFlags("cudaHostAlloc"), cudaHostAllocDefault);
     pf_destroy(c.l);
@@ -2028,6 +2068,7 @@ static const h_test tests[] = {
     {"batch_wait_after_the_slot_was_reused", test_batch_wait_after_the_slot_was_reused},
     {"exclusive_process_device_falls_back", test_exclusive_process_device_falls_back_to_host},
     {"verdict_right_in_three_modelled_regimes", test_verdict_right_in_three_modelled_regimes},
+    {"verdict_on_a_gpu_that_serialises_streams", test_verdict_on_a_gpu_that_serialises_streams},
     {"no_device", test_no_device},
     {"default_backend_never_silently_host", test_default_backend_never_silently_host},
     {"get_backend_on_a_gpu", test_get_backend_on_a_gpu},

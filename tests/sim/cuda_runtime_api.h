@@ -178,6 +178,12 @@ int cudaSimThreadCalls(const char *fn);
    the real times they were enqueued, and the stream threads sleep until
    it. 0 turns it off (random delays again). */
 void cudaSimSetTiming(double h2d_bytes_per_s);
+/* On the timing model: a GPU that runs the work of all streams one after
+   another (no copy/compute overlap, no concurrent kernels: allowed, since
+   the runtime promises only that a device "can possibly" overlap), as one
+   FIFO in the order operations are enqueued, each taking op_latency_us more
+   than its work (records and waits included). 0 turns it off. */
+void cudaSimSerialStreams(unsigned op_latency_us);
 /* For benchmarks on the timing model; call it right after cudaSimReset,
    before any stream exists. Copies move no bytes, no access is
    race-checked, and no stream runs a thread: each operation's modelled end

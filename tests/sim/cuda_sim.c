@@ -73,6 +73,8 @@ typedef struct op {
     unsigned delay_us;
     double enq_t;       /* timing model: when the host enqueued it */
     unsigned dur_us;    /* timing model: a kernel's duration      */
+    int timed;          /* serial mode: vt_end was fixed at enqueue */
+    double vt_end;
 } op;
 
 struct CUstream_st {
@@ -151,6 +153,8 @@ static struct {
     double bw;                    /* timing model: H2D bytes/s, 0 off  */
     int timing_only;              /* copies move no bytes, no shadow   */
     double engine_free, compute_free[MAXDEV];
+    double serial_lat;            /* serial mode: seconds per operation; 0 off */
+    double serial_free;           /* serial mode: when the one FIFO is free    */
     alloc *zombies;               /* freed while queued work used them */
     struct CUevent_st *events;    /* live (not destroyed) events        */
     struct {
@@ -426,6 +430,24 @@ static void tight_timer_slack(void) {
    held; a wait's start is fixed once its event completed). */
 static double op_end(struct CUstream_st *s, op *o) {
     double start = o->enq_t > s->vt_done ? o->enq_t : s->vt_done, end = start;
+    if (g.serial_lat > 0) {
+        /* serial mode (cudaSimSerialStreams): DOC (driver_types.h):
+           cudaDevAttrGpuOverlap "Device can possibly copy memory and execute
+           a kernel concurrently" and cudaDevAttrConcurrentKernels "Device can
+           possibly execute multiple kernels concurrently": possibly, so a
+           device may run every stream's work one after another. One FIFO
+           of all streams, in enqueue order (push), each operation paying
+           the device's own latency; DOC (cudaEventElapsedTime): "Any number
+           of other different stream operations could execute in between the
+           two measured events". */
+        if (g.serial_free > start) start = g.serial_free;
+        if (o->kind == OP_WAIT && o->ev->hist[o->gen % HIST].vt > start) start = o->ev->hist[o->gen % HIST].vt;
+        end = start + g.serial_lat;
+        if (o->kind == OP_COPY && g.bw > 0) end += (double)o->n / g.bw;
+        if (o->kind == OP_KERNEL) end += (double)o->dur_us * 1e-6;
+        g.serial_free = end;
+        return end;
+    }
     if (o->kind == OP_COPY && g.bw > 0) {
         if (g.engine_free > start) start = g.engine_free;
         end = start + (double)o->n / g.bw;
@@ -477,7 +499,7 @@ static void *stream_main(void *arg) {
             double end;
             if (o->kind == OP_WAIT)
                 ev_wait(o->ev, o->gen, s->device);
-            end = op_end(s, o);
+            end = o->timed ? o->vt_end : op_end(s, o);
             s->vt_done = end;
             pthread_mutex_unlock(&g.mu);
             sleep_until(end);
@@ -635,6 +657,14 @@ static void push(struct CUstream_st *s, op *o) {
     if (g.timing_only) {
         run_now(s, o);
         return;
+    }
+    if (g.serial_lat > 0 && g.bw > 0 && o->kind != OP_QUIT) {
+        /* serial mode: one FIFO in enqueue order, as a device takes its work;
+           every input of the end is known now (see run_now), the record a
+           wait captured included */
+        o->vt_end = op_end(s, o);
+        o->timed = 1;
+        if (o->kind == OP_RECORD) o->ev->hist[o->gen % HIST].vt = o->vt_end;
     }
     if (s->tail) s->tail->next = o;
     else s->head = o;
@@ -1351,6 +1381,13 @@ int cudaSimEventsWithFlags(unsigned flags) {
     return n;
 }
 
+void cudaSimSerialStreams(unsigned op_latency_us) {
+    pthread_mutex_lock(&g.mu);
+    g.serial_lat = (double)op_latency_us * 1e-6;
+    g.serial_free = 0;
+    pthread_mutex_unlock(&g.mu);
+}
+
 void cudaSimSetTiming(double bw) {
     pthread_mutex_lock(&g.mu);
     g.bw = bw;
@@ -1491,6 +1528,7 @@ void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_cou
     g.bw = 0;
     g.timing_only = 0;
     g.engine_free = 0;
+    g.serial_lat = g.serial_free = 0;
     memset(g.compute_free, 0, sizeof g.compute_free);
     tls_ctx = tls_dev = -1;
     tls_depth = 0;
