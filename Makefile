@@ -5,6 +5,8 @@
 #   make examples every example
 #   make fuzz     libFuzzer for FUZZ_TIME seconds (default 120); finds go to build/
 #   make lint     cppcheck, clang-tidy and valgrind memcheck, all clean
+#   make gpu-check  the first run on a real GPU: the real-GPU suites, gpu_bench and
+#                 every CUDA example, one report (without a GPU: says so, exits 0)
 # make predefines CC=cc and CXX=g++; we mean gcc unless told otherwise
 ifeq ($(origin CC),default)
 CC       := gcc
@@ -76,7 +78,7 @@ ifeq ($(HAVE_CUDA),1)
 ALL_TESTS += $(CUDA_TESTS)
 endif
 
-.PHONY: test test-build demo bench examples fuzz lint clean
+.PHONY: test test-build demo bench examples fuzz lint clean gpu-check
 
 test:
 	@mkdir -p $(B)
@@ -298,6 +300,14 @@ examples:
 	@mkdir -p $(B)
 	$(MAKE) --no-print-directory $(B)/demo $(B)/record_files $(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu)
 	@echo "examples built in $(B)/: demo, record_files$(if $(HAVE_CUDA),$(comma) demo_cuda$(comma) train_cuda$(comma) multi_gpu)"
+
+# ---- the first run on a real GPU (tests/gpu_check.sh): builds for the GPU
+# present, runs the real-GPU suites, gpu_bench and every CUDA example with
+# REQUIRE_GPU=1, prints a table and JSON lines. FULL=1: gpu_bench in full.
+gpu-check:
+	@mkdir -p $(B)
+	@B="$(B)" NVCC="$(NVCC)" CC="$(CC)" CUDA_INC_DIR="$(CUDA_INC_DIR)" CUDA_LIB_DIR="$(CUDA_LIB_DIR)" \
+		FULL="$(FULL)" sh tests/gpu_check.sh
 
 # ---- fuzzing: new inputs land in build/fuzz-corpus, crashes in build/
 FUZZ_TIME ?= 120
