@@ -20,6 +20,8 @@
 
      The public half includes only <stddef.h>, <stdint.h> and <stdbool.h>;
      CUDA objects cross the API as void *, so any file can include it.
+     CUDA toolkits: 11.8 and newer (12.x, 13.x); the calls that changed
+     between them are chosen by CUDART_VERSION.
 
    STEP BY STEP
 
@@ -62,7 +64,15 @@
    BACKENDS
 
      PF_BACKEND_DEFAULT  CUDA when compiled in and a device is usable, else
-                         host (the fallback is logged through cfg.log).
+                         host (logged through cfg.log, saying what was
+                         found: no driver, a driver too old, no device).
+                         Never silently where device pointers are expected:
+                         with cfg.stream set, pf_create fails instead with
+                         PF_ERR_NO_DEVICE (kernels would get host pointers;
+                         ask for PF_BACKEND_HOST to run on the CPU), and with
+                         only cfg.cuda_device set it warns (on stderr when
+                         there is no cfg.log). pf_get_backend(l) says which
+                         backend a loader runs on.
      PF_BACKEND_HOST     pf_next hands out the filled host slot itself (zero
                          copy); pf_release returns it to the ring.
      PF_BACKEND_CUDA     host slots are one cudaHostAlloc block; a stager
@@ -82,10 +92,15 @@
    CUDA RULES
 
      Contexts   the library creates a context only on cfg.cuda_device, and
-                every call leaves the calling thread's current device as it
-                found it, "none chosen yet" included (it asks the driver's
-                cuCtxGetCurrent; restoring "device 0" would create a context
-                there). Its own threads call cudaSetDevice first.
+                every call leaves the calling thread's CUDA state exactly as
+                it found it: its current context (or none) and the device
+                cudaSetDevice chose (or none). pf_create retains the primary
+                context of cfg.cuda_device (driver entry points through the
+                runtime, no libcuda link), each call on your thread pushes
+                and pops it, pf_destroy releases it. A driver without those
+                entry points gets cudaSetDevice for the span of a call,
+                then no context current again if none was. Its own threads
+                call cudaSetDevice first.
      Faults     a sticky context error (your kernel's illegal address)
                 reaches you as PF_ERR_CUDA from pf_next in bounded time,
                 whatever the pipeline was doing, naming the call that saw it;
@@ -138,8 +153,10 @@
      says what went wrong in words; pf_error(NULL) says why this thread's last
      pf_create failed. Pipeline errors (a failing load, a CUDA error) are
      sticky: every later pf_next returns them; in order mode they surface
-     only after every earlier batch was delivered. The library prints
-     nothing; it logs through cfg.log when set. pf_destroy is always safe.
+     only after every earlier batch was delivered. The library logs through
+     cfg.log when set and prints nothing, with one exception: a DEFAULT
+     backend that names cfg.cuda_device and falls back to the host warns
+     on stderr when there is no cfg.log. pf_destroy is always safe.
 
    DATA-PARALLEL TRAINING
 
