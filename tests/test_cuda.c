@@ -394,7 +394,10 @@ static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, siz
     pf_config cfg;
     t_load_init(&t);
     t_begin(&c, seed);
-    cudaSimSetTiming(16384 / 0.150);
+    /* 400 ms a copy: destroy runs once the retirer's wait for the first
+       copy returns, and must reach the free before the second lands; on a
+       loaded 2-core machine 150 ms was sometimes not enough */
+    cudaSimSetTiming(16384 / 0.400);
     cfg = t_config(&t, 40, 1, 1);
     cfg.batch_bytes = 16384;
     cfg.device_slots = 2; /* so at most two copies before a release */
@@ -405,7 +408,7 @@ static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, siz
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     set_mutant_loader(c.l);
     CHECK(copies_wait(2));
-    pf_destroy(c.l); /* the first copy ends at 150 ms, the second at 300 */
+    pf_destroy(c.l); /* the first copy ends at 400 ms, the second at 800 */
     return scen_end(&t, &c, msg, size);
 }
 
