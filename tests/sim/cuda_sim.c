@@ -931,6 +931,14 @@ static const struct {
     {"cuDevicePrimaryCtxRelease", (void *)(uintptr_t)sim_primary_release},
 };
 
+/* symbol is a whole word of g.lacks (lock held) */
+static int lacks(const char *symbol) {
+    size_t n = strlen(symbol);
+    for (const char *p = strstr(g.lacks, symbol); p; p = strstr(p + 1, symbol))
+        if ((p == g.lacks || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
+    return 0;
+}
+
 /* DOC (cudaGetDriverEntryPointByVersion): "The API will return cudaSuccess
    and set the returned funcPtr to NULL if the requested driver function is
    not supported on the platform, no ABI compatible driver function exists
@@ -945,7 +953,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
     (void)flags;
     if (!symbol || !funcPtr) END(cudaErrorInvalidValue);
     for (size_t i = 0; i < sizeof driver_fns / sizeof driver_fns[0]; i++)
-        if (strcmp(symbol, driver_fns[i].name) == 0 && !strstr(g.lacks, symbol)) fn = driver_fns[i].fn;
+        if (strcmp(symbol, driver_fns[i].name) == 0 && !lacks(symbol)) fn = driver_fns[i].fn;
     *funcPtr = fn;
     if (status) *status = fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     END(cudaSuccess);
