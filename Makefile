@@ -6,6 +6,8 @@
 #   make fuzz     libFuzzer for FUZZ_TIME seconds (default 120); finds go to build/
 #   make fuzz-token  the same for checkpoint tokens (cfg.resume)
 #   make lint     cppcheck, clang-tidy and valgrind memcheck, all clean
+#   make gpu-check  the first run on a real GPU: the real-GPU suites, gpu_bench and
+#                 every CUDA example, one report (without a GPU: says so, exits 0)
 # make predefines CC=cc and CXX=g++; we mean gcc unless told otherwise
 ifeq ($(origin CC),default)
 CC       := gcc
@@ -61,8 +63,16 @@ SIM_TESTS  := $(B)/core_sim $(B)/cuda_sim $(B)/core_sim_asan $(B)/cuda_sim_asan 
 COMPILE_TESTS := $(B)/strict_gcc $(if $(HAVE_CLANG),$(B)/strict_clang) $(B)/strict_cxx $(B)/static_impl $(B)/two_tu \
 	$(B)/config_init_c $(B)/config_init_cxx11 $(B)/config_init_cxx17
 RELIABILITY := $(B)/fuzz_replay $(B)/fuzz_token_replay $(B)/stress_gcc $(B)/stress_tsan $(B)/stress_sim $(B)/stress_sim_tsan $(B)/gpu_bench_model
-HOST_EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/mnist_mlp $(B)/varlen $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
-CUDA_TESTS := $(B)/config_init_nvcc $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
+HOST_EXAMPLES := $(B)/demo $(B)/quickstart $(B)/record_files $(B)/images_tar $(B)/mnist_mlp $(B)/varlen $(B)/launch $(B)/checkpoint_resume $(B)/llmc_tokens $(B)/llmc_tokens_sim
+# Older toolkits' header surfaces, derived from the installed one by
+# tests/cuda_shapes.sh (those older than it): the CUDA backend is built
+# against each with gcc, g++ and nvcc, as users on 11.8, 12.4 and 12.8 build it.
+CUDART_HAVE := $(if $(CUDA_INC_DIR),$(shell sed -n 's/^\#define CUDART_VERSION[ \t]*\([0-9]*\).*/\1/p' $(CUDA_INC_DIR)/cuda_runtime_api.h))
+SHAPES   := $(if $(CUDART_HAVE),$(shell for v in 11.8:11080 12.4:12040 12.8:12080; do \
+	[ $${v#*:} -lt $(CUDART_HAVE) ] && printf '%s ' $${v%:*}; done))
+shape_num = $(word 2,$(subst :, ,$(filter $1:%,11.8:11080 12.4:12040 12.8:12080)))
+SHAPE_TESTS := $(foreach v,$(SHAPES),$(B)/shape_$(v)_gcc $(B)/shape_$(v)_cxx $(B)/shape_$(v)_nvcc)
+CUDA_TESTS := $(SHAPE_TESTS) $(B)/config_init_nvcc $(B)/quickstart_cuda $(B)/real_gcc $(B)/real_cxx $(B)/real_nvtx $(B)/real_gpu $(B)/nvcc_impl $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda \
 	$(B)/gpu_bench $(B)/demo_cuda
 
 ALL_TESTS := $(HOST_TESTS) $(SIM_TESTS) $(COMPILE_TESTS) $(RELIABILITY) $(HOST_EXAMPLES)
@@ -70,14 +80,14 @@ ifeq ($(HAVE_CUDA),1)
 ALL_TESTS += $(CUDA_TESTS)
 endif
 
-.PHONY: test test-build demo bench examples fuzz fuzz-token lint clean
+.PHONY: test test-build demo bench examples fuzz fuzz-token lint clean gpu-check
 
 test:
 	@mkdir -p $(B)
 	@echo "building $(words $(ALL_TESTS)) test programs (gcc$(if $(HAVE_CLANG),$(comma) clang), g++, ASan+UBSan, TSan$(if $(HAVE_CUDA),$(comma) CUDA toolkit at $(CUDA_ROOT)))"
 	@$(MAKE) -k --no-print-directory -j2 test-build > $(B)/build.log 2>&1 || \
 		{ echo "some builds failed (each is counted as a failure below); the compiler said:"; grep -E "error|Error" $(B)/build.log | head -40; }
-	@HAVE_CUDA="$(HAVE_CUDA)" HAVE_CLANG="$(HAVE_CLANG)" CUDA_HOME="$(CUDA_HOME)" NVCC="$(NVCC)" sh tests/run.sh
+	@HAVE_CUDA="$(HAVE_CUDA)" HAVE_CLANG="$(HAVE_CLANG)" CUDA_HOME="$(CUDA_HOME)" NVCC="$(NVCC)" SHAPES="$(SHAPES)" sh tests/run.sh
 
 comma := ,
 test-build: $(ALL_TESTS)
@@ -248,6 +258,22 @@ $(B)/demo_cuda: examples/demo.c $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) -x cu $< -o $@
 
+# ---- older toolkits' header surfaces (tests/cuda_shapes.sh): gcc, g++, nvcc
+$(B)/cuda-shapes/stamp: tests/cuda_shapes.sh
+	@mkdir -p $(B)/cuda-shapes
+	sh tests/cuda_shapes.sh $(CUDA_INC_DIR) $(B)/cuda-shapes
+	@touch $@
+$(B)/shape_%_gcc: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
+	@rm -f $@
+	$(CC) $(CSTD) $(WARN) -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@ $(CUDA_LIB) -lpthread
+$(B)/shape_%_cxx: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
+	@rm -f $@
+	$(CXX) -std=c++17 $(WARN) -x c++ -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@ \
+		$(CUDA_LIB) -lpthread
+$(B)/shape_%_nvcc: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) -x cu -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@
+
 # ---- examples and the demo
 $(B)/demo: examples/demo.c $(HDR)
 	@rm -f $@
@@ -267,6 +293,12 @@ $(B)/llmc_tokens_sim: examples/llmc_tokens.cu $(HDR) $(SIMSRC) $(SIMHDR)
 $(B)/llmc_tokens_cuda: examples/llmc_tokens.cu $(HDR)
 	@rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
+$(B)/quickstart: examples/quickstart.c $(HDR)
+	@rm -f $@
+	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
+$(B)/quickstart_cuda: examples/quickstart.c $(HDR)
+	@rm -f $@
+	$(NVCC) $(NVFLAGS) $(GPU_ARCH) -x cu $< -o $@
 $(B)/varlen: examples/varlen.c $(HDR)
 	@rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
@@ -323,12 +355,20 @@ bench:
 	@$(if $(HAVE_CUDA),echo; $(B)/gpu_bench $(if $(QUICK),--quick),echo "(no CUDA toolkit at $(CUDA_HOME): the real-GPU benchmark was not built)")
 
 # every file in examples/, host builds always, the CUDA ones with a toolkit
-EXAMPLES := $(B)/demo $(B)/record_files $(B)/images_tar $(B)/checkpoint_resume $(B)/mnist_mlp $(B)/varlen $(B)/llmc_tokens \
-	$(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda)
+EXAMPLES := $(B)/demo $(B)/quickstart $(B)/record_files $(B)/images_tar $(B)/checkpoint_resume $(B)/mnist_mlp $(B)/varlen $(B)/llmc_tokens \
+	$(if $(HAVE_CUDA),$(B)/demo_cuda $(B)/quickstart_cuda $(B)/train_cuda $(B)/multi_gpu $(B)/llmc_tokens_cuda)
 examples:
 	@mkdir -p $(B)
 	@$(MAKE) --no-print-directory $(EXAMPLES)
 	@echo "examples built in $(B)/: $(notdir $(EXAMPLES))$(if $(HAVE_CUDA),, (no CUDA toolkit: the .cu examples were not built))"
+
+# ---- the first run on a real GPU (tests/gpu_check.sh): builds for the GPU
+# present, runs the real-GPU suites, gpu_bench and every CUDA example with
+# REQUIRE_GPU=1, prints a table and JSON lines. FULL=1: gpu_bench in full.
+gpu-check:
+	@mkdir -p $(B)
+	@B="$(B)" NVCC="$(NVCC)" CC="$(CC)" CUDA_INC_DIR="$(CUDA_INC_DIR)" CUDA_LIB_DIR="$(CUDA_LIB_DIR)" \
+		FULL="$(FULL)" sh tests/gpu_check.sh
 
 # ---- fuzzing: new inputs land in build/fuzz-corpus, crashes in build/
 FUZZ_TIME ?= 120

@@ -20,6 +20,8 @@
 
      The public half includes only <stddef.h>, <stdint.h> and <stdbool.h>;
      CUDA objects cross the API as void *, so any file can include it.
+     CUDA toolkits: 11.8 and newer (12.x, 13.x); the calls that changed
+     between them are chosen by CUDART_VERSION.
 
    STEP BY STEP
 
@@ -62,7 +64,15 @@
    BACKENDS
 
      PF_BACKEND_DEFAULT  CUDA when compiled in and a device is usable, else
-                         host (the fallback is logged through cfg.log).
+                         host (logged through cfg.log, saying what was
+                         found: no driver, a driver too old, no device).
+                         Never silently where device pointers are expected:
+                         with cfg.stream set, pf_create fails instead with
+                         PF_ERR_NO_DEVICE (kernels would get host pointers;
+                         ask for PF_BACKEND_HOST to run on the CPU), and with
+                         only cfg.cuda_device set it warns (on stderr when
+                         there is no cfg.log). pf_get_backend(l) says which
+                         backend a loader runs on.
      PF_BACKEND_HOST     pf_next hands out the filled host slot itself (zero
                          copy); pf_release returns it to the ring.
      PF_BACKEND_CUDA     host slots are one cudaHostAlloc block; a stager
@@ -82,10 +92,15 @@
    CUDA RULES
 
      Contexts   the library creates a context only on cfg.cuda_device, and
-                every call leaves the calling thread's current device as it
-                found it, "none chosen yet" included (it asks the driver's
-                cuCtxGetCurrent; restoring "device 0" would create a context
-                there). Its own threads call cudaSetDevice first.
+                every call leaves the calling thread's CUDA state exactly as
+                it found it: its current context (or none) and the device
+                cudaSetDevice chose (or none). pf_create retains the primary
+                context of cfg.cuda_device (driver entry points through the
+                runtime, no libcuda link), each call on your thread pushes
+                and pops it, pf_destroy releases it. A driver without those
+                entry points gets cudaSetDevice for the span of a call,
+                then no context current again if none was. Its own threads
+                call cudaSetDevice first.
      Faults     a sticky context error (your kernel's illegal address)
                 reaches you as PF_ERR_CUDA from pf_next in bounded time,
                 whatever the pipeline was doing, naming the call that saw it;
@@ -138,8 +153,10 @@
      says what went wrong in words; pf_error(NULL) says why this thread's last
      pf_create failed. Pipeline errors (a failing load, a CUDA error) are
      sticky: every later pf_next returns them; in order mode they surface
-     only after every earlier batch was delivered. The library prints
-     nothing; it logs through cfg.log when set. pf_destroy is always safe.
+     only after every earlier batch was delivered. The library logs through
+     cfg.log when set and prints nothing, with one exception: a DEFAULT
+     backend that names cfg.cuda_device and falls back to the host warns
+     on stderr when there is no cfg.log. pf_destroy is always safe.
 
    DATA-PARALLEL TRAINING
 
@@ -448,6 +465,11 @@ PF_API const char *pf_result_string(pf_result r);
 
 /* pf_get_stats: a snapshot of counters and the verdict. Any thread. */
 PF_API void pf_get_stats(const pf_loader *l, pf_stats *out);
+
+/* pf_get_backend: the backend l runs on, PF_BACKEND_CUDA (b.data is device
+   memory) or PF_BACKEND_HOST (host memory); never DEFAULT, which pf_create
+   resolves. NULL: PF_BACKEND_DEFAULT. Thread safety: any thread. */
+PF_API pf_backend pf_get_backend(const pf_loader *l);
 
 /* pf_config_defaults: cfg with every zero field replaced by its default. */
 PF_API pf_config pf_config_defaults(const pf_config *cfg);
@@ -1052,16 +1074,22 @@ typedef struct pf__flight {
     uint64_t seq;
 } pf__flight;
 
-/* cuCtxGetCurrent / cuCtxSetCurrent, reached through the runtime's
-   cudaGetDriverEntryPointByVersion so nothing links libcuda: CUresult is
-   an int-sized enum and CUcontext a pointer. */
-typedef int (*pf__ctx_get_fn)(void **ctx);
-typedef int (*pf__ctx_set_fn)(void *ctx);
+/* Driver functions, reached through the runtime's entry-point lookup so
+   nothing links libcuda (see pf__driver_fn): CUresult is an int-sized enum,
+   CUcontext a pointer, CUdevice an int. */
+typedef int (*pf__ctx_get_fn)(void **ctx);         /* cuCtxGetCurrent          */
+typedef int (*pf__ctx_set_fn)(void *ctx);          /* cuCtxSetCurrent          */
+typedef int (*pf__ctx_push_fn)(void *ctx);         /* cuCtxPushCurrent         */
+typedef int (*pf__ctx_pop_fn)(void **ctx);         /* cuCtxPopCurrent          */
+typedef int (*pf__dev_get_fn)(int *dev, int ordinal); /* cuDeviceGet           */
+typedef int (*pf__primary_retain_fn)(void **ctx, int dev); /* cuDevicePrimaryCtxRetain */
+typedef int (*pf__primary_release_fn)(int dev);    /* cuDevicePrimaryCtxRelease */
 
 /* What the calling thread had current before a library call. */
 typedef struct pf__ctx_saved {
-    int device; /* -1: unknown                     */
-    bool none;  /* no context was current at all   */
+    bool pushed; /* the primary context was pushed: pop it  */
+    int device;  /* -1: unknown                             */
+    bool none;   /* no context was current at all           */
 } pf__ctx_saved;
 
 typedef struct pf__cuda {
@@ -1069,14 +1097,29 @@ typedef struct pf__cuda {
     cudaStream_t consumer, copy; /* copy and the events below: NULL until created */
     unsigned char *pinned, *dev;
     cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
-    cudaEvent_t *hdone;             /* per host slot: the retirer sleeps on it */
+    cudaEvent_t *hdone;             /* behind batch seq's copy, at seq % nhdone
+                                       (copies in flight are consecutive seqs,
+                                       at most host_slots of them): the
+                                       retirer sleeps on it; timed, it is also
+                                       the copy's end for the verdict, so it
+                                       outlives the copy for a while          */
+    uint32_t nhdone;                /* 2 * host_slots + device_slots          */
     cudaEvent_t *reached, *fed;     /* the verdict's marks, batch seq's at
                                        seq % host_slots: recorded on the consumer
                                        stream as pf_next hands it out, before
                                        and after its wait for the copy          */
     uint64_t *mark_seq;             /* the seq each pair holds; 0 none          */
+    uint64_t *hdone_seq;            /* the seq each hdone was last recorded
+                                       behind; 0 none                           */
     cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
-    pf__ctx_get_fn ctx_get;
+    void *primary;                  /* cfg.cuda_device's primary context,
+                                       retained in pf_create; NULL: the
+                                       fallback (pf__cuda_enter)              */
+    int cudev;                      /* its CUdevice                           */
+    pf__ctx_push_fn ctx_push;
+    pf__ctx_pop_fn ctx_pop;
+    pf__primary_release_fn primary_release;
+    pf__ctx_get_fn ctx_get;         /* the fallback's: both or neither        */
     pf__ctx_set_fn ctx_set;
     pf__dslot *dslots;
     uint32_t *dfree;            /* FIFO: the longest-released slot is reused first */
@@ -2160,41 +2203,98 @@ static void pf__cuda_msg(char *dst, size_t size, const char *call, cudaError_t e
     pf__format(dst, size, "%s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* Contexts. The rule: the library creates a context only on cfg.cuda_device,
-   and every public call leaves the calling thread's current device (or its
-   lack of one) as it found it. cudaGetDevice cannot tell "device 0 chosen"
-   from "nothing chosen yet" (it answers 0 for both), and since CUDA 12
-   cudaSetDevice(0) would create device 0's primary context: the classic
-   "every rank shows up on GPU 0". So the library asks the driver, through
-   the runtime's entry-point lookup (no libcuda link), whether a context is
-   current at all, and if none was, leaves none current. */
-static void pf__cuda_ctx_init(pf__cuda *cu) {
+/* Driver entry points. The lookup's shape follows the toolkit this file is
+   compiled against (CUDART_VERSION), from CUDA 11.8 on:
+     11.x       cudaGetDriverEntryPoint(symbol, &fn, flags); a symbol the
+                driver lacks is an error (cudaErrorSymbolNotFound)
+     12.0-12.4  cudaGetDriverEntryPoint(symbol, &fn, flags, &status); a
+                missing symbol is cudaSuccess, fn NULL and a status
+     12.5 on    cudaGetDriverEntryPointByVersion(symbol, &fn, version, flags,
+                &status), asking for the ABI declared above (11.8's); the
+                version-less lookup is deprecated from 13.0
+   NULL when the driver does not offer it; no error is left behind. */
+#define PF__DRIVER_ABI 11080
+static void *pf__driver_fn(const char *symbol) {
     void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess && fn)
-        cu->ctx_get = (pf__ctx_get_fn)(uintptr_t)fn;
-    fn = NULL;
-    if (cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess && fn)
-        cu->ctx_set = (pf__ctx_set_fn)(uintptr_t)fn;
+    cudaError_t e;
+#if CUDART_VERSION >= 12050
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    e = cudaGetDriverEntryPointByVersion(symbol, &fn, PF__DRIVER_ABI, cudaEnableDefault, &q);
+    if (q != cudaDriverEntryPointSuccess) fn = NULL;
+#elif CUDART_VERSION >= 12000
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    e = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault, &q);
+    if (q != cudaDriverEntryPointSuccess) fn = NULL;
+#else
+    e = cudaGetDriverEntryPoint(symbol, &fn, cudaEnableDefault);
+#endif
+    if (e != cudaSuccess) {
+        fn = NULL;
+        (void)cudaGetLastError(); /* "not found" is an answer, not an error to leave behind */
+    }
+    return fn;
+}
+
+/* Contexts. The rule: the library creates a context only on cfg.cuda_device,
+   and every public call leaves the calling thread's CUDA state exactly as it
+   found it: its current context (or lack of one) and the runtime's own
+   per-thread device choice, which cudaSetDevice sets and nothing but
+   cudaSetDevice gives back (a caller that never chose a device would find
+   its next cudaMalloc on the loader's GPU).
+   So pf_create retains the primary context of cfg.cuda_device once, each
+   call on a caller's thread pushes it and pops it again (the runtime works
+   on the context current to the thread), and pf_destroy releases it: the
+   caller's cudaSetDevice state is never touched. Where the driver lacks
+   those entry points, the fallback: cudaSetDevice for the span of the call,
+   then either no context current again (cuCtxGetCurrent said none was;
+   the runtime's device choice is then left at cfg.cuda_device), or
+   cudaSetDevice back to the device cudaGetDevice reported. cudaGetDevice
+   alone cannot tell "device 0 chosen" from "nothing chosen yet", and
+   cudaSetDevice(0) would create device 0's context: the classic "every
+   rank shows up on GPU 0". */
+static void pf__cuda_ctx_init(pf__cuda *cu) {
+    pf__dev_get_fn dev_get = (pf__dev_get_fn)(uintptr_t)pf__driver_fn("cuDeviceGet");
+    pf__primary_retain_fn retain = (pf__primary_retain_fn)(uintptr_t)pf__driver_fn("cuDevicePrimaryCtxRetain");
+    cu->primary_release = (pf__primary_release_fn)(uintptr_t)pf__driver_fn("cuDevicePrimaryCtxRelease");
+    cu->ctx_push = (pf__ctx_push_fn)(uintptr_t)pf__driver_fn("cuCtxPushCurrent");
+    cu->ctx_pop = (pf__ctx_pop_fn)(uintptr_t)pf__driver_fn("cuCtxPopCurrent");
+    if (dev_get && retain && cu->primary_release && cu->ctx_push && cu->ctx_pop &&
+        dev_get(&cu->cudev, cu->device) == 0 && retain(&cu->primary, cu->cudev) == 0 && cu->primary)
+        return;
+    /* e.g. an exclusive-process device another process holds: the
+       fallback's cudaSetDevice then says so in the runtime's words */
+    cu->primary = NULL;
+    cu->ctx_get = (pf__ctx_get_fn)(uintptr_t)pf__driver_fn("cuCtxGetCurrent");
+    cu->ctx_set = (pf__ctx_set_fn)(uintptr_t)pf__driver_fn("cuCtxSetCurrent");
     if (!cu->ctx_get || !cu->ctx_set) cu->ctx_get = NULL, cu->ctx_set = NULL;
-    (void)cudaGetLastError();
+}
+
+/* pf_destroy: after the last CUDA call. */
+static void pf__cuda_ctx_release(pf__cuda *cu) {
+    if (cu->primary) (void)cu->primary_release(cu->cudev);
+    cu->primary = NULL;
 }
 
 /* The calling thread works on the loader's device for the span of a call
    and gets its own state back afterwards (pf__cuda_leave). */
 static cudaError_t pf__cuda_enter(pf_loader *l, pf__ctx_saved *sv) {
     void *ctx = NULL;
+    sv->pushed = false;
     sv->none = false;
     sv->device = -1;
+    if (l->cu.primary && l->cu.ctx_push(l->cu.primary) == 0) {
+        sv->pushed = true;
+        return cudaSuccess;
+    }
     if (l->cu.ctx_get && l->cu.ctx_get(&ctx) == 0 && !ctx) sv->none = true;
     else if (cudaGetDevice(&sv->device) != cudaSuccess) sv->device = -1;
     /* already there (the usual training thread): nothing to switch */
     return sv->device == l->cu.device ? cudaSuccess : cudaSetDevice(l->cu.device);
 }
 static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
-    if (sv->none) (void)l->cu.ctx_set(NULL); /* as found: no context current */
+    void *popped = NULL;
+    if (sv->pushed) (void)l->cu.ctx_pop(&popped); /* the caller's stack as it was */
+    else if (sv->none) (void)l->cu.ctx_set(NULL); /* as found: no context current */
     else if (sv->device >= 0 && sv->device != l->cu.device) (void)cudaSetDevice(sv->device);
 }
 
@@ -2206,20 +2306,46 @@ static void pf__bind_thread_cuda(pf_loader *l) {
                 cudaGetErrorString(e));
 }
 
-/* Is there a device to use? PF_OK, PF_ERR_NO_DEVICE (with the runtime's
-   message) or PF_ERR_INVALID_ARG (cuda_device out of range). Creates no
-   context: cudaGetDeviceCount does not. */
+/* What the machine has, in words, for a "no usable device" message: no
+   driver at all, a driver too old for this runtime, or a driver that sees
+   no device. DOC (cudaDriverGetVersion): "If no driver is installed, then 0
+   is returned as the driver version." */
+static void pf__cuda_found(char *dst, size_t n, cudaError_t e, int count) {
+    int drv = 0, rt = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = -1;
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
+    (void)cudaGetLastError();
+    if (drv == 0)
+        pf__format(dst, n, "no NVIDIA driver is installed (cudaDriverGetVersion reports none)");
+    else if (drv > 0 && (e == cudaErrorInsufficientDriver || (rt > 0 && drv < rt)))
+        pf__format(dst, n, "the NVIDIA driver's version is insufficient: it supports CUDA %d.%d, this program's "
+                   "runtime is CUDA %d.%d (update the driver)", drv / 1000, drv % 1000 / 10, rt / 1000,
+                   rt % 1000 / 10);
+    else if (drv > 0 && (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)))
+        pf__format(dst, n, "the NVIDIA driver (CUDA %d.%d) finds no device (check CUDA_VISIBLE_DEVICES)",
+                   drv / 1000, drv % 1000 / 10);
+    else
+        pf__format(dst, n, "the CUDA runtime cannot use a device");
+}
+
+/* Is there a device to use? PF_OK, PF_ERR_NO_DEVICE (what was found, and
+   the runtime's message) or PF_ERR_INVALID_ARG (cuda_device out of range).
+   Creates no context: cudaGetDeviceCount does not. */
 static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
     int count = 0;
+    char found[PF__MSG_SIZE];
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         char m[PF__MSG_SIZE];
         pf__cuda_msg(m, sizeof m, "cudaGetDeviceCount", e);
-        pf__format(why, n, "no usable CUDA device: %s", m);
+        (void)cudaGetLastError();
+        pf__cuda_found(found, sizeof found, e, 0);
+        pf__format(why, n, "no usable CUDA device: %s; %s", found, m);
         return pf__cuda_no_device(e) ? PF_ERR_NO_DEVICE : PF_ERR_CUDA;
     }
     if (count <= 0) {
-        pf__format(why, n, "no usable CUDA device: cudaGetDeviceCount reports 0 devices");
+        pf__cuda_found(found, sizeof found, e, 0);
+        pf__format(why, n, "no usable CUDA device: %s; cudaGetDeviceCount reports 0 devices", found);
         return PF_ERR_NO_DEVICE;
     }
     if (c->cuda_device >= count) {
@@ -2236,12 +2362,14 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    cudaStreamWaitEvent and cudaEventQuery; BlockingSync only on the events a
    host thread sleeps on (hdone for the retirer, drain for destroy), so a
    waiting thread sleeps instead of spinning a core. The marks keep timing:
-   the verdict reads the GPU's time between them. */
+   the verdict reads the GPU's time between them, and hdone's, the copy's
+   end (one timed event per batch, where an extra mark would be a second
+   record). */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
     size_t host_bytes = (size_t)l->nslots * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
-                   timed = cudaEventDefault;
+                   timed = cudaEventDefault, timed_wait = cudaEventBlockingSync;
     char m[PF__MSG_SIZE];
     cudaError_t e;
     pf_result r = PF_OK;
@@ -2280,9 +2408,10 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->released[d], per_batch), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(released[%u])", (unsigned)d)
     }
-    for (d = 0; d < l->nslots; d++) {
-        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], host_wait), pf__cuda_code(e),
+    for (d = 0; d < cu->nhdone; d++)
+        PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], timed_wait), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
+    for (d = 0; d < l->nslots; d++) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->reached[d], timed), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(reached[%u])", (unsigned)d)
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->fed[d], timed), pf__cuda_code(e),
@@ -2321,8 +2450,9 @@ static void pf__cuda_destroy(pf_loader *l) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
         if (cu->released && cu->released[d]) (void)cudaEventDestroy(cu->released[d]);
     }
-    for (d = 0; cu->hdone && d < l->nslots; d++) {
+    for (d = 0; cu->hdone && d < cu->nhdone; d++)
         if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
+    for (d = 0; cu->reached && d < l->nslots; d++) {
         if (cu->reached[d]) (void)cudaEventDestroy(cu->reached[d]);
         if (cu->fed[d]) (void)cudaEventDestroy(cu->fed[d]);
     }
@@ -2332,6 +2462,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     if (cu->pinned) (void)cudaFreeHost(cu->pinned);
     (void)cudaGetLastError();
     pf__cuda_leave(l, &sv);
+    pf__cuda_ctx_release(cu);
 }
 
 static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
@@ -2370,11 +2501,14 @@ static void pf__cuda_consumer_failed(pf_loader *l, const char *fn, const char *c
 }
 
 /* Copy host slot s into device slot d, ordered on the GPU after the
-   consumer's release of d, then record hdone[s] for the retirer. Nothing
+   consumer's release of d, then record hdone[seq % nhdone] for the
+   retirer. Nothing
    but GPU work goes into the copy stream: no host function, so consecutive
    copies run back to back. No lock held. */
-static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, char *why, size_t n) {
+static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, uint64_t seq, char *why,
+                          size_t n) {
     pf__cuda *cu = &l->cu;
+    uint32_t k = (uint32_t)(seq % cu->nhdone);
     cudaError_t e;
     char what[PF__MSG_SIZE];
     if ((e = cudaStreamWaitEvent(cu->copy, cu->released[d], 0)) != cudaSuccess) {
@@ -2385,8 +2519,8 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, c
                    (unsigned long long)bytes, (unsigned)s->index, (unsigned)d);
     } else if ((e = cudaEventRecord(cu->copied[d], cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaEventRecord(copied[%u], copy stream)", (unsigned)d);
-    } else if ((e = cudaEventRecord(cu->hdone[s->index], cu->copy)) != cudaSuccess) {
-        pf__format(what, sizeof what, "stager: cudaEventRecord(hdone[%u], copy stream)", (unsigned)s->index);
+    } else if ((e = cudaEventRecord(cu->hdone[k], cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaEventRecord(hdone[%u], copy stream)", (unsigned)k);
     } else {
         return PF_OK;
     }
@@ -2458,6 +2592,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->count = s->count;
         ds->seq = ++cu->staged;
         ds->landed = false;
+        cu->hdone_seq[ds->seq % cu->nhdone] = ds->seq;
         swap = ds->indices; /* the batch's indices travel with it, no copy */
         ds->indices = s->indices;
         s->indices = swap;
@@ -2465,7 +2600,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         s->state = PF__SLOT_COPYING;
         pf__unlock_wake(l);
         PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->epoch, (unsigned long long)ds->batch);
-        r = pf__stage_copy(l, s, d, ds->bytes, why, sizeof why);
+        r = pf__stage_copy(l, s, d, ds->bytes, ds->seq, why, sizeof why);
         PF__RANGE_POP();
         pf__lock(&l->mu);
         if (r != PF_OK) {
@@ -2510,7 +2645,7 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
         }
         f = cu->flights[cu->flight_head];
         pf__unlock_wake(l);
-        e = cudaEventSynchronize(cu->hdone[f.h]);
+        e = cudaEventSynchronize(cu->hdone[f.seq % cu->nhdone]);
         pf__lock(&l->mu);
         if (e != cudaSuccess) {
             char what[96];
@@ -2536,10 +2671,11 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
 /* The GPU time a stream spent waiting for a copy, below which it did not
    wait at all (an already-landed copy still costs the wait a moment). */
 #define PF__STREAM_WAITED_US 2.0
+#define PF__US_UNKNOWN (-1e300) /* an interval not known (yet); intervals may be negative */
 
 /* Ask the GPU, unlocked (no CUDA call under the lock), about event a, and
    if b is given and a complete, the GPU time from a to b. Returns
-   1 a pending; 0 a complete (*us: a to b, or -1 if not known yet). An
+   1 a pending; 0 a complete (*us: a to b, negative when b came first, or PF__US_UNKNOWN). An
    error (a sticky device fault) stops the pipeline, named as pf_next's.
    Returns with the lock held. */
 static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) {
@@ -2557,7 +2693,7 @@ static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) 
     if (e == cudaSuccess && !pending && b) {
         float ms = 0;
         cudaError_t t = cudaEventElapsedTime(&ms, a, b);
-        *us = t == cudaSuccess ? (double)ms * 1e3 : -1;
+        *us = t == cudaSuccess ? (double)ms * 1e3 : PF__US_UNKNOWN;
         if (t != cudaSuccess) (void)cudaGetLastError(); /* b not landed yet: no error left behind */
     }
     pf__cuda_leave(l, &sv);
@@ -2605,11 +2741,25 @@ static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
      (input-bound). */
 static int pf__cuda_settle(pf_loader *l, const pf__wait_on *on) {
     pf__cuda *cu = &l->cu;
-    uint32_t m = (uint32_t)(on->seq % l->nslots);
-    double us = -1;
+    uint32_t m = (uint32_t)(on->seq % l->nslots), k = (uint32_t)(on->seq % cu->nhdone);
+    double us = PF__US_UNKNOWN, copy_us = PF__US_UNKNOWN;
     if (on->kind == PF__WAIT_COPY && cu->mark_seq[m] == on->seq) {
         if (pf__cuda_ask(l, cu->reached[m], cu->fed[m], &us)) return PF__WAIT_GPU;
-        return us >= 0 && us < PF__STREAM_WAITED_US ? PF__WAIT_GPU : PF__WAIT_COPY;
+        if (us > PF__US_UNKNOWN && us < PF__STREAM_WAITED_US) return PF__WAIT_GPU;
+        /* The stream sat between the marks, but was that its copy? On a GPU
+           that runs streams one after another the gap is also the device's
+           own per-operation latency and other streams' work ("Any number of
+           other different stream operations could execute in between the
+           two measured events", cudaEventElapsedTime). So only the part of
+           it the copy was still running counts: from reaching the batch to
+           the copy's end (hdone, recorded right behind it). */
+        if (cu->hdone_seq[k] == on->seq) {
+            (void)pf__cuda_ask(l, cu->reached[m], cu->hdone[k], &copy_us);
+            /* unknown: the copy has not ended, and the stream waits for it */
+            if (cu->hdone_seq[k] == on->seq && copy_us > PF__US_UNKNOWN)
+                return copy_us < PF__STREAM_WAITED_US ? PF__WAIT_GPU : PF__WAIT_COPY;
+        }
+        return PF__WAIT_COPY;
     }
     if (on->kind == PF__WAIT_INPUT && cu->last_released >= 0 &&
         pf__cuda_ask(l, cu->released[cu->last_released], NULL, NULL))
@@ -3328,8 +3478,8 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         o_items = pf__reserve(&lay, fifo_cap, sizeof(pf__item));
         o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
         o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
-        o_hdone = pf__reserve(&lay, 3 * (size_t)nslots, sizeof(cudaEvent_t));
-        o_markseq = pf__reserve(&lay, nslots, sizeof(uint64_t));
+        o_hdone = pf__reserve(&lay, 4 * (size_t)nslots + dslots, sizeof(cudaEvent_t));
+        o_markseq = pf__reserve(&lay, 3 * (size_t)nslots + dslots, sizeof(uint64_t));
         o_flights = pf__reserve(&lay, nslots, sizeof(pf__flight));
     }
 #endif
@@ -3389,10 +3539,12 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         cu->fifo_cap = fifo_cap;
         cu->copied = (cudaEvent_t *)(base + o_copied);
         cu->released = (cudaEvent_t *)(base + o_released);
-        cu->hdone = (cudaEvent_t *)(base + o_hdone);
-        cu->reached = cu->hdone + nslots;
+        cu->reached = (cudaEvent_t *)(base + o_hdone);
         cu->fed = cu->reached + nslots;
+        cu->hdone = cu->fed + nslots;
+        cu->nhdone = 2 * nslots + dslots;
         cu->mark_seq = (uint64_t *)(base + o_markseq);
+        cu->hdone_seq = cu->mark_seq + nslots;
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
             cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
@@ -3435,6 +3587,39 @@ thread_fail:
     return PF_ERR_THREAD;
 }
 
+/* PF_BACKEND_DEFAULT found no usable GPU; why says what was found. What a
+   user expects decides what happens next:
+   - cfg.stream set: the loop launches kernels on the batches, and host
+     pointers would fail in every one of them, far from the cause. So
+     pf_create fails with PF_ERR_NO_DEVICE and the reason (set cfg.backend
+     = PF_BACKEND_HOST to run on the CPU on purpose).
+   - cfg.cuda_device set (not 0) and no stream: the host backend, loudly: a
+     warning through cfg.log, or on stderr when there is none (the one
+     thing the library ever prints), since the config named a GPU.
+   - neither: the fallback DEFAULT promises (the same binary runs on a
+     laptop), logged through cfg.log at INFO.
+   pf_get_backend tells a loop which one it got. Clears why on PF_OK. */
+static pf_result pf__host_fallback(const pf_config *c, char *why, size_t n) {
+    char found[PF__MSG_SIZE];
+    pf__format(found, sizeof found, "%s", why);
+    if (c->stream) {
+        pf__format(why, n, "%s; cfg.stream is set, so the loop expects device pointers: not falling back to "
+                   "the host backend (set cfg.backend = PF_BACKEND_HOST to run on the CPU)", found);
+        return PF_ERR_NO_DEVICE;
+    }
+    why[0] = '\0';
+    if (c->cuda_device != 0) {
+        char m[PF__MSG_SIZE];
+        pf__format(m, sizeof m, "backend: %s; cfg.cuda_device is %d, but using the host backend: batches are "
+                   "host memory (pf_get_backend says PF_BACKEND_HOST)", found, c->cuda_device);
+        if (c->log) c->log(c->log_user, PF_LOG_WARN, m);
+        else fprintf(stderr, "prefetch.h: warning: %s\n", m);
+        return PF_OK;
+    }
+    pf__log(c, PF_LOG_INFO, "backend: %s; using the host backend", found);
+    return PF_OK;
+}
+
 PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     char *why = pf__create_error;
     size_t n = sizeof pf__create_error;
@@ -3470,8 +3655,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
             return r;
         } else {
             (void)cudaGetLastError();
-            pf__log(&c, PF_LOG_INFO, "backend: %s; using the host backend", why);
-            why[0] = '\0';
+            r = pf__host_fallback(&c, why, n);
+            if (r != PF_OK) return r;
         }
     }
 #else
@@ -3480,8 +3665,12 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
                            "define PREFETCH_CUDA and link -lcudart, or build with nvcc");
         return PF_ERR_NO_DEVICE;
     }
-    if (c.backend == PF_BACKEND_DEFAULT)
-        pf__log(&c, PF_LOG_INFO, "backend: compiled without PREFETCH_CUDA; using the host backend");
+    if (c.backend == PF_BACKEND_DEFAULT) {
+        pf__format(why, n, "prefetch.h was compiled without CUDA (define PREFETCH_CUDA and link -lcudart, "
+                           "or build with nvcc)");
+        r = pf__host_fallback(&c, why, n);
+        if (r != PF_OK) return r;
+    }
 #endif
     r = pf__build(&c, backend, &l, why, n);
     if (r == PF_ERR_NO_DEVICE && backend == PF_BACKEND_CUDA && c.backend == PF_BACKEND_DEFAULT) {
@@ -3489,8 +3678,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
            another process (cudaSetDevice says so, cudaGetDeviceCount not) */
         pf__teardown(l);
         l = NULL;
-        pf__log(&c, PF_LOG_INFO, "backend: %s; using the host backend", why);
-        why[0] = '\0';
+        r = pf__host_fallback(&c, why, n);
+        if (r != PF_OK) return r;
         backend = PF_BACKEND_HOST;
         r = pf__build(&c, backend, &l, why, n);
     }
@@ -3505,6 +3694,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     *out = l;
     return PF_OK;
 }
+
+PF_API pf_backend pf_get_backend(const pf_loader *l) { return l ? l->backend : PF_BACKEND_DEFAULT; }
 
 PF_API void pf_destroy(pf_loader *l) {
     if (l) pf__teardown(l);

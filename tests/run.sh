@@ -118,6 +118,8 @@ step "examples/record_files --check"  $B/record_files --check --quick
 step "examples/record_files --check --block 16" $B/record_files --check --quick --block 16
 step "examples/images_tar --check"   $B/images_tar --check --quick
 step "demo --quick"                  $B/demo --quick
+step "examples/quickstart --quick (the README's Quick start)" $B/quickstart --quick
+step "README: every C block quoted from an example run here" tests/readme_check.sh
 step "examples/checkpoint_resume --check" $B/checkpoint_resume --check --dir $B
 step "examples/mnist_mlp --check (learns; resumed bit for bit)" $B/mnist_mlp --check --dir $B
 step "examples/varlen --check (packed samples of 1-200 bytes)" $B/varlen --check
@@ -132,11 +134,18 @@ if [ "$HAVE_CUDA" = "1" ]; then
     step "nvcc real-GPU overlap suite"  $B/real_gpu
     step "nvcc .cu with the implementation" $B/nvcc_impl
     step "PF_CONFIG_INIT, nvcc -Wextra"  $B/config_init_nvcc
+    step "nvcc examples/quickstart.c --quick" $B/quickstart_cuda --quick
     step "nvcc examples/train_cuda.cu"  $B/train_cuda --quick
     step "nvcc examples/multi_gpu.cu"   $B/multi_gpu
     step "nvcc examples/llmc_tokens.cu --check" $B/llmc_tokens_cuda --check
     step "nvcc bench/gpu_bench.cu"      $B/gpu_bench --quick
     step "nvcc demo --quick"            $B/demo_cuda --quick
+    for v in $SHAPES; do
+        echo "the CUDA backend against a CUDA $v-shaped header (tests/cuda_shapes.sh)"
+        step "CUDA $v headers, gcc"    $B/shape_${v}_gcc
+        step "CUDA $v headers, g++"    $B/shape_${v}_cxx
+        step "CUDA $v headers, nvcc"   $B/shape_${v}_nvcc
+    done
 else
     echo "SKIPPED: the CUDA toolkit builds (gcc/g++ -lcudart, nvcc): no toolkit at ${CUDA_HOME:-/usr/local/cuda}"
     echo "         and no nvcc on PATH; set CUDA_HOME to run them. The simulated-runtime suites above did run."

@@ -54,6 +54,36 @@ static void test_perm_small_sizes(void) {
     }
 }
 
+/* No GPU to use (built without CUDA; or, in the simulated-CUDA build, a
+   machine without devices): PF_BACKEND_DEFAULT is the host backend, unless
+   the config shows the loop expects device pointers: cfg.stream set fails
+   with PF_ERR_NO_DEVICE and says why. */
+static void test_default_backend_with_a_stream_and_no_gpu(void) {
+    tload t;
+    pf_config cfg;
+    pf_loader *l = NULL;
+    t_load_init(&t);
+#ifdef TEST_SIM
+    cudaSimReset(h_seed, 0, 0);
+#endif
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.backend = PF_BACKEND_DEFAULT;
+    cfg.stream = (void *)&cfg; /* any non-NULL cudaStream_t: never used */
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+    CHECK(l == NULL);
+#ifdef TEST_SIM
+    CHECK_CONTAINS(pf_error(NULL), "finds no device");
+#else
+    CHECK_CONTAINS(pf_error(NULL), "compiled without CUDA");
+#endif
+    CHECK_CONTAINS(pf_error(NULL), "cfg.stream is set");
+    cfg.stream = NULL;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
+    pf_destroy(l);
+    t_load_free(&t);
+}
+
 static void test_perm_huge_spot_check(void) {
     const uint64_t n = 1000000000000ull; /* 10^12: no array could hold it */
     const size_t m = 100000;
@@ -1110,6 +1140,7 @@ static const h_test tests[] = {
     {"bookkeeping_product_overflow_is_caught", test_bookkeeping_product_overflow_is_caught},
     {"perm_small_sizes", test_perm_small_sizes},
     {"perm_huge_spot_check", test_perm_huge_spot_check},
+    {"default_backend_with_a_stream_and_no_gpu", test_default_backend_with_a_stream_and_no_gpu},
     {"huge_dataset_loader_uses_little_memory", test_huge_dataset_loader_uses_little_memory},
     {"sequential_order_and_epoch_ends", test_sequential_order_and_epoch_ends},
     {"shuffle_each_sample_once_per_epoch", test_shuffle_each_sample_once_per_epoch},

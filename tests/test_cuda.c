@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Mutants: the library's own calls, bent. 0 = the real library. Each is
    one class of bug; every one must make a test below fail:
@@ -393,7 +394,10 @@ static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, siz
     pf_config cfg;
     t_load_init(&t);
     t_begin(&c, seed);
-    cudaSimSetTiming(16384 / 0.150);
+    /* 400 ms a copy: destroy runs once the retirer's wait for the first
+       copy returns, and must reach the free before the second lands; on a
+       loaded 2-core machine 150 ms was sometimes not enough */
+    cudaSimSetTiming(16384 / 0.400);
     cfg = t_config(&t, 40, 1, 1);
     cfg.batch_bytes = 16384;
     cfg.device_slots = 2; /* so at most two copies before a release */
@@ -404,7 +408,7 @@ static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, siz
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     set_mutant_loader(c.l);
     CHECK(copies_wait(2));
-    pf_destroy(c.l); /* the first copy ends at 150 ms, the second at 300 */
+    pf_destroy(c.l); /* the first copy ends at 400 ms, the second at 800 */
     return scen_end(&t, &c, msg, size);
 }
 
@@ -1128,7 +1132,8 @@ static void test_next_racing_a_release_is_not_invalid_state(void) {
 }
 
 /* When entering the loader's device fails, the message names cudaSetDevice,
-   not the call that would have come next. */
+   not the call that would have come next. The caller's thread enters with
+   cudaSetDevice only where the driver lacks the primary-context calls. */
 static void test_messages_name_the_call_that_failed(void) {
     tload t;
     tcons c;
@@ -1136,6 +1141,7 @@ static void test_messages_name_the_call_that_failed(void) {
     pf_batch b;
     t_load_init(&t);
     t_begin(&c, h_seed);
+    cudaSimDriverLacks("cuDevicePrimaryCtxRetain");
     cfg = t_config(&t, 100, 5, 1);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     CHECK_EQ(t_next(&c, &b), PF_OK);
@@ -1157,6 +1163,201 @@ static void test_torchrun_rank_creates_no_context_on_device_0(void) {
     int batches = 0;
     CHECK_EQ(scen_torchrun_rank1(h_seed, &batches), 0);
     CHECK_EQ(batches, 10);
+}
+
+/* The caller's CUDA state, after every public call, on a thread of its own
+   (so its state is exactly what the test made it): the device cudaGetDevice
+   answers and the depth of its context stack must be as they were, and no
+   context may appear on a device but the caller's and the loader's (1).
+   caller_dev -1: the caller never called cudaSetDevice. old_driver: the
+   entry-point lookup answers "symbol not found" for the primary-context
+   calls, so the library takes its fallback (cudaSetDevice for the span of
+   a call); the runtime's device choice of a caller that never made one is
+   then not kept (documented), everything else is. */
+typedef struct caller_case {
+    int caller_dev, old_driver;
+    cudaStream_t stream; /* the consumer stream, on device 1 */
+    tload *t;
+    int wrong_dev, wrong_depth, calls, batches;
+    char first[160];
+} caller_case;
+
+static void caller_check(caller_case *k, const char *after, int want_dev, int want_depth) {
+    int d = -1, depth = cudaSimThreadContextDepth();
+    k->calls++;
+    CHECK(cudaGetDevice(&d) == cudaSuccess);
+    if (d != want_dev && !(k->old_driver && k->caller_dev < 0)) {
+        if (!k->wrong_dev++ && !k->wrong_depth)
+            snprintf(k->first, sizeof k->first, "after %s: cudaGetDevice answers %d, not %d", after, d, want_dev);
+    }
+    if (depth != want_depth) {
+        if (!k->wrong_depth++ && !k->wrong_dev)
+            snprintf(k->first, sizeof k->first, "after %s: %d contexts current, not %d", after, depth, want_depth);
+    }
+}
+
+static void *caller_thread(void *arg) {
+    caller_case *k = (caller_case *)arg;
+    int want_dev = k->caller_dev < 0 ? 0 : k->caller_dev, depth;
+    pf_config cfg = t_config(k->t, 60, 6, 1);
+    pf_loader *l = NULL;
+    pf_stats st;
+    char tok[256];
+    if (k->caller_dev >= 0) CHECK(cudaSetDevice(k->caller_dev) == cudaSuccess);
+    depth = cudaSimThreadContextDepth();
+    cfg.cuda_device = 1;
+    cfg.stream = k->stream;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    caller_check(k, "pf_create", want_dev, depth);
+    if (!l) return NULL;
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(l, &b);
+        caller_check(k, "pf_next", want_dev, depth);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_DATA);
+            break;
+        }
+        k->batches++;
+        if (k->batches % 2) {
+            CHECK_EQ(pf_batch_wait(l, &b), PF_OK);
+            caller_check(k, "pf_batch_wait", want_dev, depth);
+        }
+        pf_get_stats(l, &st);
+        caller_check(k, "pf_get_stats", want_dev, depth);
+        CHECK_EQ(pf_checkpoint(l, tok, sizeof tok), PF_OK);
+        caller_check(k, "pf_checkpoint", want_dev, depth);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        caller_check(k, "pf_release", want_dev, depth);
+    }
+    pf_destroy(l);
+    caller_check(k, "pf_destroy", want_dev, depth);
+    return NULL;
+}
+
+/* A fresh runtime with three GPUs, the consumer stream on device 1, and
+   the caller on caller_dev (-1: none chosen). */
+static void run_caller_case(caller_case *k) {
+    tload t;
+    pthread_t th;
+    char msg[768];
+    t_load_init(&t);
+    cudaSimReset(h_seed, 30, 3);
+    if (k->old_driver)
+        cudaSimDriverLacks("cuDeviceGet cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuCtxPushCurrent "
+                           "cuCtxPopCurrent");
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&k->stream, cudaStreamNonBlocking) == cudaSuccess);
+    cudaSimForbidLegacyStream(1);
+    k->t = &t;
+    pthread_create(&th, NULL, caller_thread, k);
+    pthread_join(th, NULL);
+    CHECK_EQ(k->batches, 10);
+    CHECK(k->calls > 40);
+    CHECK(cudaStreamSynchronize(k->stream) == cudaSuccess);
+    CHECK(cudaStreamDestroy(k->stream) == cudaSuccess);
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    CHECK_EQ(cudaSimPrimaryRetained(1), 0); /* pf_destroy released what pf_create retained */
+    t_load_free(&t);
+}
+
+static void check_caller_state_kept(int old_driver) {
+    static const int callers[] = {-1, 0, 2};
+    for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++) {
+        caller_case k;
+        memset(&k, 0, sizeof k);
+        k.caller_dev = callers[i];
+        k.old_driver = old_driver;
+        run_caller_case(&k);
+        CHECKF(k.wrong_dev == 0 && k.wrong_depth == 0, "caller on %d%s: %s (%d of %d calls)", k.caller_dev,
+               old_driver ? ", old driver" : "", k.first, k.wrong_dev + k.wrong_depth, k.calls);
+        /* contexts only where the caller or the loader asked for one */
+        CHECKF(cudaSimContextCreated(0) == (k.caller_dev == 0), "caller on %d: a context on device 0",
+               k.caller_dev);
+        CHECKF(cudaSimContextCreated(2) == (k.caller_dev == 2), "caller on %d: a context on device 2",
+               k.caller_dev);
+    }
+}
+
+/* Never chose a device, on device 0, on device 2; the loader on device 1:
+   cudaGetDevice and the context stack read the same after every call. */
+static void test_caller_state_kept_after_every_call(void) { check_caller_state_kept(0); }
+
+/* The same where the driver answers "symbol not found" for the primary-
+   context calls: the fallback keeps the context rule (no context on device
+   0, none left current), and a chosen device. */
+static void test_caller_state_kept_with_an_old_driver(void) { check_caller_state_kept(1); }
+
+/* Worker threads are bound to the loader's device: a load that calls CUDA
+   (cuda_device = 1) finds device 1 current. */
+static int load_dev_wrong;
+static int load_checks_device(void *user, pf_job *job) {
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess || d != 1) __atomic_add_fetch(&load_dev_wrong, 1, __ATOMIC_RELAXED);
+    return t_load(user, job);
+}
+
+static void test_load_runs_on_the_loaders_device(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_load_init(&t);
+    t_cons_init(&c);
+    cudaSimReset(h_seed, 30, 2);
+    CHECK(cudaSetDevice(1) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking) == cudaSuccess);
+    cudaSimForbidLegacyStream(1);
+    load_dev_wrong = 0;
+    cfg = t_config(&t, 60, 6, 1);
+    cfg.load = load_checks_device;
+    cfg.cuda_device = 1;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+    CHECK_EQ(r.n, 10);
+    CHECK_EQ(__atomic_load_n(&load_dev_wrong, __ATOMIC_RELAXED), 0);
+    t_end(&c);
+    t_run_free(&r);
+    t_load_free(&t);
+}
+
+/* One device slot, slow modelled copies: batch k+1's copy into the slot
+   is queued while batch k's is still in flight. Alternately released at
+   once, and waited for (pf_batch_wait) then read on the host: a wait that
+   trusted the earlier copy's completion would read the earlier batch. */
+static void test_batch_wait_after_the_slot_was_reused(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    int n = 0;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 80, 4, 1);
+    cfg.device_slots = 1;
+    cfg.host_slots = 4;
+    cudaSimSetTiming((double)cfg.batch_bytes / 0.002); /* 2 ms a copy */
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(c.l, &b);
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_EPOCH);
+            break;
+        }
+        if (n++ % 2) {
+            CHECK_EQ(pf_batch_wait(c.l, &b), PF_OK);
+            cudaSimHostRead(b.data, b.bytes);
+            t_verify(&c, (const uint64_t *)b.data, b.bytes, b.epoch, b.batch, b.count, b.rng, b.indices);
+        }
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    CHECK_EQ(n, 20);
+    CHECK_EQ(c.checked, 10);
+    t_end(&c); /* and no race: every host read was ordered after its copy */
+    t_load_free(&t);
 }
 
 static void test_exclusive_process_device_falls_back_to_host(void) {
@@ -1205,8 +1406,10 @@ static int regime_load(void *user, pf_job *job) {
     return 0;
 }
 
-/* timing_only: the simulator's benchmark mode, with no stream threads */
-static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
+/* timing_only: the simulator's benchmark mode, with no stream threads;
+   serial_us: a GPU that runs all streams as one FIFO, each operation
+   costing that much (0: copies and kernels overlap) */
+static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_us, pf_stats *st) {
     tcons c;
     pf_config cfg;
     pf_batch b;
@@ -1216,6 +1419,7 @@ static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
        and race-checks few bytes (a sanitizer makes that per-byte work slow
        enough to be the real limit otherwise) */
     cudaSimSetTiming(REGIME_BPS);
+    cudaSimSerialStreams(serial_us);
     memset(&cfg, 0, sizeof cfg);
     cfg.load = regime_load;
     cfg.user = (void *)g;
@@ -1236,6 +1440,40 @@ static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
     pf_get_stats(c.l, st);
     t_end(&c);
     return st->bound;
+}
+
+static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
+    return run_regime_on(g, timing_only, 0, st);
+}
+
+/* A GPU that serialises streams: a compute-bound loop (3 ms kernels, fast
+   loads, 64 us copies) on a device that runs every stream's work in one
+   FIFO, each operation costing it 20 us. The consumer stream's wait for a
+   copy that landed long before still spans two operations of the device's
+   own latency (and whatever other streams queued between the marks): that
+   is not a copy, and the verdict must not say copy-bound. (Twice: with a
+   thread per stream, where the FIFO is the order the threads time their
+   operations in, and timing-only, where it is exactly enqueue order.) */
+static void test_verdict_on_a_gpu_that_serialises_streams(void) {
+    static const struct {
+        regime g;
+        pf_bound want;
+        const char *name;
+    } cases[] = {
+        {{0, 3000, REGIME_MS(0.064)}, PF_BOUND_COMPUTE, "compute-bound (3 ms kernels, 64 us copies, fast loads)"},
+    };
+    for (int mode = 0; mode < 2; mode++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            pf_stats st;
+            pf_bound got = run_regime_on(&cases[i].g, mode, 20, &st);
+            CHECKF(got == cases[i].want, "%s, serial streams%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
+                   cases[i].name, mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s,
+                   st.wait_gpu_s, st.elapsed_s);
+            if (h_verbose)
+                printf("    %s, serial%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name,
+                       mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s,
+                       st.elapsed_s);
+        }
 }
 
 static void test_verdict_right_in_three_modelled_regimes(void) {
@@ -1306,7 +1544,8 @@ static void test_no_device(void) {
     c.on_host = 1;
     CHECK_EQ(pf_create(&cfg, &c.l), PF_OK);
     CHECK_EQ(log_n, 2);
-    CHECK_CONTAINS(log_msg, "no usable CUDA device: cudaGetDeviceCount failed: no CUDA-capable device");
+    CHECK_CONTAINS(log_msg, "no usable CUDA device: the NVIDIA driver (CUDA 13.0) finds no device");
+    CHECK_CONTAINS(log_msg, "cudaGetDeviceCount failed: no CUDA-capable device");
     CHECK_CONTAINS(log_msg, "using the host backend");
     pf_get_stats(c.l, &s);
     CHECK_EQ(s.backend, PF_BACKEND_HOST);
@@ -1319,8 +1558,10 @@ static void test_no_device(void) {
 
     cudaSimReset(h_seed, 0, 1);
     cudaSimSetGlobalError(cudaErrorInsufficientDriver); /* no driver at all */
+    cudaSimSetDriverVersion(0);
     cfg.backend = PF_BACKEND_CUDA;
     CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+    CHECK_CONTAINS(pf_error(NULL), "no NVIDIA driver is installed");
     CHECK_CONTAINS(pf_error(NULL), "CUDA driver version is insufficient");
     CHECK_CONTAINS(pf_error(NULL), "cudaErrorInsufficientDriver");
     cfg.backend = PF_BACKEND_DEFAULT;
@@ -1331,6 +1572,96 @@ static void test_no_device(void) {
     pf_destroy(l);
     cudaSimReset(h_seed, 0, 1);
     t_load_free(&t);
+}
+
+/* PF_BACKEND_DEFAULT without a usable GPU: a config with a stream fails
+   (kernels would get host pointers), one naming only a device falls back
+   with a warning (on stderr without cfg.log), and the message says what
+   was found: no driver, a driver too old, or no device. */
+static int warn_n;
+static char warn_msg[1024];
+static void warn_log(void *user, int level, const char *msg) {
+    (void)user;
+    if (level == PF_LOG_WARN) {
+        warn_n++;
+        snprintf(warn_msg, sizeof warn_msg, "%s", msg);
+    }
+}
+
+static void test_default_backend_never_silently_host(void) {
+    static const struct {
+        int devices, driver;
+        cudaError_t err;
+        const char *found;
+    } machines[] = {
+        {0, 13000, cudaSuccess, "the NVIDIA driver (CUDA 13.0) finds no device"},
+        {1, 0, cudaErrorInsufficientDriver, "no NVIDIA driver is installed"},
+        {1, 11080, cudaErrorInsufficientDriver,
+         "the NVIDIA driver's version is insufficient: it supports CUDA 11.8, this program's runtime is CUDA 13.0"},
+    };
+    tload t;
+    t_load_init(&t);
+    for (size_t i = 0; i < sizeof machines / sizeof machines[0]; i++) {
+        pf_config cfg = t_config(&t, 50, 5, 1);
+        pf_loader *l = (pf_loader *)&t;
+        char err[128] = "";
+        FILE *cap;
+        int saved;
+        cudaSimReset(h_seed, 0, machines[i].devices);
+        cudaSimSetDriverVersion(machines[i].driver);
+        if (machines[i].err != cudaSuccess) cudaSimSetGlobalError(machines[i].err);
+        cfg.backend = PF_BACKEND_DEFAULT;
+        cfg.stream = (void *)&cfg; /* any stream: pf_create must refuse before using it */
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+        CHECK(l == NULL);
+        CHECK_CONTAINS(pf_error(NULL), machines[i].found);
+        CHECK_CONTAINS(pf_error(NULL), "cfg.stream is set");
+        CHECK_CONTAINS(pf_error(NULL), "PF_BACKEND_HOST");
+        /* a device named, no stream: the host backend, with a warning */
+        cfg.stream = NULL;
+        cfg.cuda_device = 1;
+        cfg.log = warn_log;
+        warn_n = 0;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        CHECK_EQ(warn_n, 1);
+        CHECK_CONTAINS(warn_msg, machines[i].found);
+        CHECK_CONTAINS(warn_msg, "cfg.cuda_device is 1, but using the host backend");
+        CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
+        pf_destroy(l);
+        /* ... on stderr when there is no cfg.log */
+        cfg.log = NULL;
+        fflush(stderr);
+        cap = tmpfile();
+        saved = dup(2);
+        CHECK(cap && saved >= 0 && dup2(fileno(cap), 2) >= 0);
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        rewind(cap);
+        if (!fgets(err, sizeof err, cap)) err[0] = '\0';
+        fclose(cap);
+        CHECK_CONTAINS(err, "prefetch.h: warning: backend: no usable CUDA device");
+        pf_destroy(l);
+        CHECK_EQ(pf_get_backend(NULL), PF_BACKEND_DEFAULT);
+    }
+    cudaSimReset(h_seed, 0, 1);
+    t_load_free(&t);
+}
+
+/* pf_get_backend on a working GPU. */
+static void test_get_backend_on_a_gpu(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    t_open(&t, &c, &r);
+    cfg = t_config(&t, 20, 5, 1);
+    cfg.backend = PF_BACKEND_DEFAULT;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(pf_get_backend(c.l), PF_BACKEND_CUDA);
+    CHECK_EQ(t_drain(&c, &r, 100), PF_END_OF_DATA);
+    t_close(&t, &c, &r);
 }
 
 static void test_device_out_of_range(void) {
@@ -1446,14 +1777,17 @@ static void test_memory_exact_and_flags(void) {
     CHECK_EQ(cudaSimBytesLive(), 5 * 1024 + 3 * 1024);
     CHECK_EQ(cudaSimCalls("cudaHostAlloc"), 1);
     CHECK_EQ(cudaSimCalls("cudaMalloc"), 1);
-    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + 3 * 5 + 1); /* copied, released; hdone, 2 marks; drain */
+    /* copied, released; hdone (2 * host_slots + device_slots: each outlives
+       its copy for the verdict); 2 marks; drain */
+    CHECK_EQ(cudaSimCalls("cudaEventCreateWithFlags"), 2 * 3 + (2 * 5 + 3) + 2 * 5 + 1);
     CHECK_EQ(cudaSimCalls("cudaStreamCreateWithFlags"), 2); /* ours (the test's) and the copy stream */
     CHECK_EQ(cudaSimLastFlags("cudaStreamCreateWithFlags"), cudaStreamNonBlocking);
     /* per-batch events only ever waited on by streams or queried: no
        BlockingSync; the ones a host thread sleeps on: BlockingSync; the
        verdict's marks keep timing */
     CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming), 2 * 3);
-    CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming | cudaEventBlockingSync), 5 + 1);
+    CHECK_EQ(cudaSimEventsWithFlags(cudaEventDisableTiming | cudaEventBlockingSync), 1); /* drain */
+    CHECK_EQ(cudaSimEventsWithFlags(cudaEventBlockingSync), 2 * 5 + 3); /* hdone: also the copy's end, timed */
     CHECK_EQ(cudaSimEventsWithFlags(cudaEventDefault), 2 * 5);
     CHECK_EQ(cudaSimLastFlags("cudaHostAlloc"), cudaHostAllocDefault);
     pf_destroy(c.l);
@@ -1584,6 +1918,8 @@ static void test_every_create_call_can_fail_cleanly(void) {
         int calls;
         pf_loader *l = NULL;
         cudaSimReset(h_seed, 0, 2);
+        /* the caller's thread calls cudaSetDevice only on the fallback path */
+        if (strcmp(fns[f], "cudaSetDevice") == 0) cudaSimDriverLacks("cuDevicePrimaryCtxRetain");
         CHECK(cudaSetDevice(1) == cudaSuccess); /* the caller on the other GPU: pf_create must switch */
         {
             int before = cudaSimCalls(fns[f]);
@@ -1599,6 +1935,7 @@ static void test_every_create_call_can_fail_cleanly(void) {
                                                                                   : cudaErrorUnknown;
             pf_result r;
             cudaSimReset(h_seed, 0, 2);
+            if (strcmp(fns[f], "cudaSetDevice") == 0) cudaSimDriverLacks("cuDevicePrimaryCtxRetain");
             CHECK(cudaSetDevice(1) == cudaSuccess);
             t_alloc_init(&a, 0);
             cfg.allocator.alloc_fn = t_alloc;
@@ -1737,9 +2074,16 @@ static const h_test tests[] = {
     {"messages_name_the_call_that_failed", test_messages_name_the_call_that_failed},
     {"next_racing_a_release_is_not_invalid_state", test_next_racing_a_release_is_not_invalid_state},
     {"torchrun_rank_no_context_on_device_0", test_torchrun_rank_creates_no_context_on_device_0},
+    {"caller_state_kept_after_every_call", test_caller_state_kept_after_every_call},
+    {"caller_state_kept_with_an_old_driver", test_caller_state_kept_with_an_old_driver},
+    {"load_runs_on_the_loaders_device", test_load_runs_on_the_loaders_device},
+    {"batch_wait_after_the_slot_was_reused", test_batch_wait_after_the_slot_was_reused},
     {"exclusive_process_device_falls_back", test_exclusive_process_device_falls_back_to_host},
     {"verdict_right_in_three_modelled_regimes", test_verdict_right_in_three_modelled_regimes},
+    {"verdict_on_a_gpu_that_serialises_streams", test_verdict_on_a_gpu_that_serialises_streams},
     {"no_device", test_no_device},
+    {"default_backend_never_silently_host", test_default_backend_never_silently_host},
+    {"get_backend_on_a_gpu", test_get_backend_on_a_gpu},
     {"device_out_of_range", test_device_out_of_range},
     {"second_device_and_caller_device_kept", test_second_device_and_caller_device_kept},
     {"one_loader_per_gpu_in_one_process", test_one_loader_per_gpu_in_one_process},

@@ -75,6 +75,29 @@ static void test_default_backend_falls_back_and_delivers(void) {
     t_load_free(&t);
 }
 
+/* Without a GPU, a config that sets cfg.stream expects device pointers:
+   DEFAULT refuses the host fallback and says what it found. */
+static void test_default_backend_with_a_stream_fails_without_a_gpu(void) {
+    cudaError_t e;
+    tload t;
+    pf_config cfg;
+    pf_loader *l = NULL;
+    if (gpu_count(&e) > 0) {
+        h_skip("a GPU is present: the fallback cannot happen");
+        return;
+    }
+    t_load_init(&t);
+    cfg = t_config(&t, 100, 10, 1);
+    cfg.backend = PF_BACKEND_DEFAULT;
+    cfg.stream = (void *)&cfg; /* never used: pf_create refuses first */
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_NO_DEVICE);
+    CHECK(l == NULL);
+    CHECK_CONTAINS(pf_error(NULL), "cfg.stream is set");
+    CHECK_CONTAINS(pf_error(NULL), cudaGetErrorName(e));
+    if (h_verbose) printf("    %s\n", pf_error(NULL));
+    t_load_free(&t);
+}
+
 /* Only where a GPU exists: every batch copied back to its own host buffer
    on the consumer stream and released right behind that copy, with no sync
    until the end: the next copy into the slot is ordered only by the
@@ -144,6 +167,7 @@ static void test_real_gpu_batches(void) {
 static const h_test tests[] = {
     {"cuda_backend_without_a_gpu_says_why", test_cuda_backend_without_a_gpu_says_why},
     {"default_backend_falls_back_and_delivers", test_default_backend_falls_back_and_delivers},
+    {"default_backend_with_a_stream_fails_without_a_gpu", test_default_backend_with_a_stream_fails_without_a_gpu},
     {"real_gpu_batches", test_real_gpu_batches},
 };
 

@@ -17,6 +17,11 @@ extern "C" {
 
 #define CUDART_CB
 #define CUDA_SIM 1
+/* The runtime this models: CUDA 13.0's (the driver entry points through
+   cudaGetDriverEntryPointByVersion, as prefetch.h calls them from 12.5 on). */
+#ifndef CUDART_VERSION
+#define CUDART_VERSION 13000
+#endif
 
 typedef enum cudaError {
     cudaSuccess = 0,
@@ -71,6 +76,8 @@ const char *cudaGetErrorString(cudaError_t error);
 const char *cudaGetErrorName(cudaError_t error);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaDriverGetVersion(int *driverVersion);
+cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
@@ -94,8 +101,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream);
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
-/* Only "cuCtxGetCurrent" and "cuCtxSetCurrent" are known; others give NULL
-   and cudaDriverEntryPointSymbolNotFound, as the runtime does. */
+/* Known: cuCtxGetCurrent, cuCtxSetCurrent, cuCtxPushCurrent,
+   cuCtxPopCurrent, cuDeviceGet, cuDevicePrimaryCtxRetain and
+   cuDevicePrimaryCtxRelease; others (and those cudaSimDriverLacks names)
+   give NULL and cudaDriverEntryPointSymbolNotFound, as the runtime does. */
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
                                              unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *driverStatus);
@@ -105,12 +114,16 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
 /* Start afresh: every object of the previous run must be gone. seed drives
    the delays; each stream operation waits 0..max_delay_us first. */
 void cudaSimReset(unsigned long long seed, unsigned max_delay_us, int device_count);
-/* Make every call answer `err` (e.g. cudaErrorInsufficientDriver: no driver). */
+/* Make every call answer `err` (e.g. cudaErrorInsufficientDriver: no driver,
+   or one too old), but the version queries. */
 void cudaSimSetGlobalError(cudaError_t err);
 /* The nth call (1-based, counted from now) of function `fn` fails with err;
    sticky: that call and every later one fail. */
 void cudaSimFailNth(const char *fn, int nth, cudaError_t err, int sticky);
 void cudaSimClearFaults(void);
+/* What cudaDriverGetVersion answers (0: no driver installed); reset to
+   CUDART_VERSION by cudaSimReset. */
+void cudaSimSetDriverVersion(int version);
 /* Calls of fn since the last reset. */
 int cudaSimCalls(const char *fn);
 /* The flags argument of fn's latest call. */
@@ -149,6 +162,14 @@ int cudaSimContextCreated(int device);
 int cudaSimEventsWithFlags(unsigned flags);
 /* 1 when a context is current on the calling thread. */
 int cudaSimThreadHasContext(void);
+/* The depth of the calling thread's context stack (0: none current). */
+int cudaSimThreadContextDepth(void);
+/* Outstanding cuDevicePrimaryCtxRetain references on a device. */
+int cudaSimPrimaryRetained(int device);
+/* An older driver: the entry-point lookup answers "symbol not found" for
+   every driver function named in `symbols` (space-separated); NULL or ""
+   offers them all again. Reset by cudaSimReset. */
+void cudaSimDriverLacks(const char *symbols);
 /* Calls of fn made by the calling thread since the last reset. */
 int cudaSimThreadCalls(const char *fn);
 /* The timing model: one host-to-device copy engine of this many bytes/s
@@ -157,6 +178,12 @@ int cudaSimThreadCalls(const char *fn);
    the real times they were enqueued, and the stream threads sleep until
    it. 0 turns it off (random delays again). */
 void cudaSimSetTiming(double h2d_bytes_per_s);
+/* On the timing model: a GPU that runs the work of all streams one after
+   another (no copy/compute overlap, no concurrent kernels: allowed, since
+   the runtime promises only that a device "can possibly" overlap), as one
+   FIFO in the order operations are enqueued, each taking op_latency_us more
+   than its work (records and waits included). 0 turns it off. */
+void cudaSimSerialStreams(unsigned op_latency_us);
 /* For benchmarks on the timing model; call it right after cudaSimReset,
    before any stream exists. Copies move no bytes, no access is
    race-checked, and no stream runs a thread: each operation's modelled end
