@@ -10,7 +10,7 @@
 #   - bench/gpu_bench.cu: the copy path against a plain cudaMemcpyAsync
 #     loop, the step against max(compute, copy), the verdict in three
 #     regimes (--quick unless FULL=1);
-#   - every CUDA example: train_cuda, multi_gpu, llmc_tokens --check, the
+#   - every CUDA example: quickstart, train_cuda, multi_gpu, llmc_tokens --check, the
 #     demo.
 # and prints one report: a table, then JSON lines (the GPU, one per check,
 # and gpu_bench's own). Budget: under 8 minutes on one GPU.
@@ -88,6 +88,7 @@ bld train_cuda "$NVCC $NVFLAGS examples/train_cuda.cu -o $O/train_cuda"
 bld multi_gpu "$NVCC $NVFLAGS examples/multi_gpu.cu -o $O/multi_gpu"
 bld llmc_tokens "$NVCC $NVFLAGS examples/llmc_tokens.cu -o $O/llmc_tokens"
 bld demo "$NVCC $NVFLAGS -x cu examples/demo.c -o $O/demo"
+bld quickstart "$NVCC $NVFLAGS -x cu examples/quickstart.c -o $O/quickstart"
 wait
 t_built=$(date +%s)
 
@@ -153,6 +154,7 @@ EXPECT="on the GPU" # this example has no REQUIRE_GPU: its own words say where i
 check "examples/llmc_tokens (GPU steps)" 120 llmc_tokens "$O/llmc_*.bin" --B 8 --T 256
 EXPECT=
 check "examples/demo --quick" 120 demo --quick
+check "examples/quickstart (the README's)" 120 quickstart --quick
 t_end=$(date +%s)
 
 echo
