@@ -92,87 +92,35 @@ test:
 comma := ,
 test-build: $(ALL_TESTS)
 
-# ---- host backend: the core suite five ways
-$(B)/core_gcc: tests/test_core.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
-$(B)/core_clang: tests/test_core.c $(THDR)
-	@rm -f $@
-	$(CLANG) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
-$(B)/core_cxx: tests/test_core.c $(THDR)
-	@rm -f $@
-	$(CXX) -std=c++17 $(TFLAGS) -x c++ $< -o $@ -lpthread
-$(B)/core_asan: tests/test_core.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(ASAN) $< -o $@ -lpthread
-$(B)/core_tsan: tests/test_core.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
+# ---- the suites: one template, suite x variant (tests/README.md says what each proves)
+# A variant is a compiler and its flags; the sim variants add the simulated
+# CUDA runtime (tests/sim) and build the CUDA backend against it.
+V_gcc      := $(CC) $(CSTD) $(TFLAGS)
+V_clang    := $(CLANG) $(CSTD) $(TFLAGS)
+V_cxx      := $(CXX) -std=c++17 $(TFLAGS) -x c++
+V_asan     := $(CC) $(CSTD) $(TFLAGS) $(ASAN)
+V_tsan     := $(CC) $(CSTD) $(TFLAGS) $(TSAN)
+V_sim      := $(CC) $(CSTD) $(TFLAGS) $(SIM)
+V_sim_asan := $(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM)
+V_sim_tsan := $(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM)
+is_sim = $(filter sim%,$(1))
 
-# ---- many threads on one loader: both backends, plain and TSan
-$(B)/threads_gcc: tests/test_threads.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
-$(B)/threads_tsan: tests/test_threads.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
-$(B)/threads_sim: tests/test_threads.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/threads_sim_tsan: tests/test_threads.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+# $(call SUITE,name,source,variants): build/name_variant from tests/source
+define SUITE
+$(foreach v,$(3),$(eval $(call SUITE_ONE,$(1),$(2),$(v))))
+endef
+define SUITE_ONE
+$(B)/$(1)_$(3): tests/$(2) $(THDR) $(if $(call is_sim,$(3)),$(SIMSRC) $(SIMHDR))
+	@rm -f $$@
+	$$(V_$(3)) $$< $(if $(call is_sim,$(3)),-x none $(SIMSRC)) -o $$@ -lpthread
+endef
 
-# ---- checkpoint, resume and the block shuffle: property tests, both backends
-$(B)/resume_gcc: tests/test_resume.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
-$(B)/resume_asan: tests/test_resume.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(ASAN) $< -o $@ -lpthread
-$(B)/resume_sim: tests/test_resume.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-
-# ---- your data: worker state, packed batches, bad samples, the readers
-$(B)/data_gcc: tests/test_data.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
-$(B)/data_cxx: tests/test_data.c $(THDR)
-	@rm -f $@
-	$(CXX) -std=c++17 $(TFLAGS) -x c++ $< -o $@ -lpthread
-$(B)/data_asan: tests/test_data.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(ASAN) $< -o $@ -lpthread
-$(B)/data_tsan: tests/test_data.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
-$(B)/data_sim: tests/test_data.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/data_sim_asan: tests/test_data.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-
-# ---- CUDA backend on the simulated runtime: plain, ASan+UBSan, TSan
-$(B)/core_sim: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/cuda_sim: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/core_sim_asan: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/cuda_sim_asan: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(SANCC) $(CSTD) $(TFLAGS) $(ASAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/core_sim_tsan: tests/test_core.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/cuda_sim_tsan: tests/test_cuda.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
+$(call SUITE,core,test_core.c,gcc clang cxx asan tsan sim sim_asan sim_tsan)
+$(call SUITE,threads,test_threads.c,gcc tsan sim sim_tsan)
+$(call SUITE,resume,test_resume.c,gcc asan sim)
+$(call SUITE,data,test_data.c,gcc cxx asan tsan sim sim_asan)
+$(call SUITE,cuda,test_cuda_sim.c,sim sim_asan sim_tsan)
+$(call SUITE,stress,test_stress.c,gcc tsan sim sim_tsan)
 
 # ---- reliability: the fuzz corpus replayed, stress and soak on both backends
 $(B)/fuzz_replay: tests/fuzz.c $(HDR) $(SIMSRC) $(SIMHDR)
@@ -181,18 +129,6 @@ $(B)/fuzz_replay: tests/fuzz.c $(HDR) $(SIMSRC) $(SIMHDR)
 $(B)/fuzz_token_replay: tests/fuzz_token.c $(HDR) $(SIMSRC) $(SIMHDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $(ASAN) -DFUZZ_REPLAY -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
-$(B)/stress_gcc: tests/test_stress.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
-$(B)/stress_tsan: tests/test_stress.c $(THDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(TSAN) $< -o $@ -lpthread
-$(B)/stress_sim: tests/test_stress.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(CC) $(CSTD) $(TFLAGS) $(SIM) $< $(SIMSRC) -o $@ -lpthread
-$(B)/stress_sim_tsan: tests/test_stress.c $(THDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
-	$(SANCC) $(CSTD) $(TFLAGS) $(TSAN) $(SIM) $< $(SIMSRC) -o $@ -lpthread
 
 # ---- bench/gpu_bench.cu built with gcc against the simulator's timing model
 $(B)/gpu_bench_model: bench/gpu_bench.cu $(HDR) $(SIMSRC) $(SIMHDR)
@@ -230,13 +166,13 @@ $(B)/two_tu: tests/compile/two_tu_impl.c tests/compile/two_tu_main.c $(HDR)
 	$(CC) $(CSTD) $(WARN) tests/compile/two_tu_impl.c tests/compile/two_tu_main.c -o $@
 
 # ---- the real CUDA toolkit: gcc and g++ with -lcudart, and nvcc
-$(B)/real_gcc: tests/test_real.c $(THDR)
+$(B)/real_gcc: tests/test_cuda_toolkit.c $(THDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) -DPREFETCH_CUDA $(CUDA_INC) $< -o $@ $(CUDA_LIB) -lpthread
-$(B)/real_cxx: tests/test_real.c $(THDR)
+$(B)/real_cxx: tests/test_cuda_toolkit.c $(THDR)
 	@rm -f $@
 	$(CXX) -std=c++17 $(TFLAGS) -DPREFETCH_CUDA $(CUDA_INC) -x c++ $< -o $@ $(CUDA_LIB) -lpthread
-$(B)/real_nvtx: tests/test_real.c $(THDR)
+$(B)/real_nvtx: tests/test_cuda_toolkit.c $(THDR)
 	@rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) -DPREFETCH_CUDA -DPREFETCH_NVTX $(CUDA_INC) $< -o $@ $(CUDA_LIB) -lpthread -ldl
 $(B)/real_gpu: tests/test_real_gpu.cu $(THDR)

@@ -6,7 +6,7 @@
 # runs, each under a time limit, with REQUIRE_GPU=1 so a silent fallback to
 # the host backend is a failure:
 #   - the real-GPU test suite (tests/test_real_gpu.cu, nvcc) and the real
-#     runtime suite (tests/test_real.c, gcc -lcudart);
+#     runtime suite (tests/test_cuda_toolkit.c, gcc -lcudart);
 #   - bench/gpu_bench.cu: the copy path against a plain cudaMemcpyAsync
 #     loop, the step against max(compute, copy), the verdict in three
 #     regimes (--quick unless FULL=1);
@@ -82,7 +82,7 @@ bld() {
 }
 rm -f "$O"/*.ok
 bld real_gpu "$NVCC $NVFLAGS tests/test_real_gpu.cu -o $O/real_gpu"
-bld real_gcc "$CC -std=c11 -O1 -g -DPREFETCH_CUDA -I$CUDA_INC_DIR tests/test_real.c -o $O/real_gcc $LIBS"
+bld real_gcc "$CC -std=c11 -O1 -g -DPREFETCH_CUDA -I$CUDA_INC_DIR tests/test_cuda_toolkit.c -o $O/real_gcc $LIBS"
 bld gpu_bench "$NVCC $NVFLAGS bench/gpu_bench.cu -o $O/gpu_bench"
 bld train_cuda "$NVCC $NVFLAGS examples/train_cuda.cu -o $O/train_cuda"
 bld multi_gpu "$NVCC $NVFLAGS examples/multi_gpu.cu -o $O/multi_gpu"

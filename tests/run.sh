@@ -112,8 +112,10 @@ step "PF_CONFIG_INIT, g++ C++17 -Wextra" $B/config_init_cxx17
 step "pre-C11 gcc gets prefetch.h's #error" tests/compile/pre_c11.sh gcc
 clang_step "pre-C11 clang gets prefetch.h's #error" tests/compile/pre_c11.sh clang
 
-echo "real-world reach: launchers, growing record files, examples"
+echo "launchers: sharding from torchrun, MPI and SLURM variables, in real processes"
 step "launcher sharding (real processes)" $B/launch
+
+echo "the examples, as users run them"
 step "examples/record_files --check"  $B/record_files --check --quick
 step "examples/record_files --check --block 16" $B/record_files --check --quick --block 16
 step "examples/images_tar --check"   $B/images_tar --check --quick

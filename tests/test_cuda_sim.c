@@ -1,4 +1,4 @@
-/* test_cuda.c - the CUDA backend on the simulated runtime (tests/sim).
+/* test_cuda_sim.c - the CUDA backend on the simulated runtime (tests/sim).
    First the rig proves it sees the three classic ordering bugs in
    hand-written sequences; then mutants of the library itself (its CUDA
    calls redirected to skip a wait or free a slot early) must be caught;

@@ -1,4 +1,4 @@
-/* test_real.c - the CUDA backend against the real runtime (gcc or g++ with
+/* test_cuda_toolkit.c - the CUDA backend against the real runtime (gcc or g++ with
    -DPREFETCH_CUDA -lcudart). Without a usable GPU: PF_BACKEND_CUDA fails
    with PF_ERR_NO_DEVICE and the runtime's own words, and DEFAULT falls back
    to the host backend and delivers every batch. With a GPU: every batch is
