@@ -271,7 +271,9 @@ typedef struct pf_config {
     uint32_t epochs;           /* [0 = until pf_destroy]                        */
     uint32_t num_workers;      /* [4, or 16 with autotune] load threads (1 .. 1024);
                                   with autotune, the most it may use          */
-    uint32_t host_slots;       /* [2 * num_workers + 1] (1 .. 4096)             */
+    uint32_t host_slots;       /* [2 * num_workers + 1, or up to 64 while they
+                                  fit in 2 MiB] (1 .. 4096); with autotune
+                                  the most the ring grows to                   */
     uint32_t device_slots;     /* [3] CUDA backend (1 .. 4096)                  */
     bool shuffle;              /* [false] a new permutation each epoch          */
     bool drop_last;            /* [false] drop the short last batch (per rank)  */
@@ -519,14 +521,41 @@ PF_API bool pf_job_cancelled(const pf_job *job);
 #define PF__DEFAULT_AUTOTUNE_WORKERS 16u /* I/O-bound loads scale past the cores */
 #define PF__WAIT 100 /* internal: nothing to take yet */
 
-/* Atomics only for the cancel flag, which load callbacks read without the
-   lock. gcc/clang builtins work the same in C and C++. */
+/* Atomics only for what is read without the lock: the cancel flag (load
+   callbacks) and the pulses and spinner count of >>waiting. gcc/clang
+   builtins work the same in C and C++. Without them there is no spinning
+   (PF__SPIN_OK 0): every wait blocks at once, as in v0.2. */
 #if defined(__GNUC__) || defined(__clang__)
 #define PF__LOAD_FLAG(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define PF__STORE_FLAG(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define PF__ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_ACQ_REL)
+#define PF__SPIN_OK 1
+#if defined(__x86_64__) || defined(__i386__)
+#define PF__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define PF__CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define PF__CPU_RELAX() ((void)0)
+#endif
 #else
 #define PF__LOAD_FLAG(p) (*(volatile int *)(p))
 #define PF__STORE_FLAG(p, v) (*(volatile int *)(p) = (v))
+#define PF__ADD(p, v) (*(p) += (v))
+#define PF__SPIN_OK 0
+#define PF__CPU_RELAX() ((void)0)
+#endif
+
+/* Spinning before a wait (see >>waiting): the longest spin, the shortest
+   one adaptive backoff goes down to. A wake of a sleeping thread costs
+   10-40 us on a VM (a futex call, then a halted vCPU coming back), so a
+   spin up to about that long pays whenever the other side is that close. */
+#ifndef PF_SPIN_MAX_NS
+#define PF_SPIN_MAX_NS 20000u
+#endif
+#define PF__SPIN_MIN_NS 500u
+
+#if (defined(__unix__) || defined(__APPLE__)) && !defined(_WIN32)
+#include <unistd.h>
 #endif
 
 /* >>threads --------------------------------------------------------------- */
@@ -546,7 +575,8 @@ static int pf__thread_start(pf__thread *t, void *(*fn)(void *), void *arg) {
 static void pf__thread_join(pf__thread t) { pthread_join(t, NULL); }
 static int pf__mutex_init(pf__mutex *m) { return pthread_mutex_init(m, NULL) == 0 ? 0 : -1; }
 static void pf__mutex_destroy(pf__mutex *m) { pthread_mutex_destroy(m); }
-static void pf__lock(pf__mutex *m) { pthread_mutex_lock(m); }
+static bool pf__trylock(pf__mutex *m) { return pthread_mutex_trylock(m) == 0; }
+static void pf__lock_wait(pf__mutex *m) { pthread_mutex_lock(m); }
 static void pf__unlock(pf__mutex *m) { pthread_mutex_unlock(m); }
 static int pf__cond_init(pf__cond *c) { return pthread_cond_init(c, NULL) == 0 ? 0 : -1; }
 static void pf__cond_destroy(pf__cond *c) { pthread_cond_destroy(c); }
@@ -570,7 +600,8 @@ static int pf__thread_start(pf__thread *t, int (*fn)(void *), void *arg) {
 static void pf__thread_join(pf__thread t) { thrd_join(t, NULL); }
 static int pf__mutex_init(pf__mutex *m) { return mtx_init(m, mtx_plain) == thrd_success ? 0 : -1; }
 static void pf__mutex_destroy(pf__mutex *m) { mtx_destroy(m); }
-static void pf__lock(pf__mutex *m) { mtx_lock(m); }
+static bool pf__trylock(pf__mutex *m) { return mtx_trylock(m) == thrd_success; }
+static void pf__lock_wait(pf__mutex *m) { mtx_lock(m); }
 static void pf__unlock(pf__mutex *m) { mtx_unlock(m); }
 static int pf__cond_init(pf__cond *c) { return cnd_init(c) == thrd_success ? 0 : -1; }
 static void pf__cond_destroy(pf__cond *c) { cnd_destroy(c); }
@@ -581,6 +612,21 @@ static int pf__cond_timedwait(pf__cond *c, pf__mutex *m, const struct timespec *
     return cnd_timedwait(c, m, abs) == thrd_success ? 0 : 1;
 }
 #endif
+
+/* The loader's lock is held for well under a microsecond (no user code
+   runs under it), so a thread that finds it taken retries a few times,
+   backing off, before it sleeps in the kernel: on a VM that sleep and the
+   wake cost 10-40 us. Not on one CPU, where the holder cannot run while
+   we spin (pf__lock_spins is set by the first pf_create). */
+static uint32_t pf__lock_spins;
+static void pf__lock(pf__mutex *m) {
+    uint32_t k, j, n = PF__LOAD_FLAG(&pf__lock_spins);
+    for (k = 0; k < n; k++) {
+        if (pf__trylock(m)) return;
+        for (j = 0; j < (2u << (k < 6 ? k : 6)); j++) PF__CPU_RELAX();
+    }
+    pf__lock_wait(m);
+}
 
 /* Tests define it to fail a chosen thread start. */
 #ifndef PF__THREAD_START
@@ -895,6 +941,16 @@ struct pf_loader {
     unsigned wake;   /* wakes owed once the lock drops                     */
     bool mu_ok;
     uint32_t cv_ok;  /* how many of cv[] were initialised                  */
+    /* spinning (>>waiting): the pulses are read without the lock, so they
+       have a cache line of their own, away from the lock's */
+    char pf__pad0[64];
+    uint32_t pulse[PF__ROLES];   /* bumped, under the lock, by every pf__wake of the role */
+    char pf__pad2[64];
+    unsigned pulse_owed;         /* pulses to give as the lock drops (lock held) */
+    char pf__pad1[64];
+    uint32_t spin_ns[PF__ROLES]; /* each role's spin budget, adapted (lock held) */
+    uint32_t spin_probe[PF__ROLES]; /* backed off: every 8th spin is a full one */
+    uint32_t ncpu;               /* online CPUs: no more spinners than this    */
 
     void *host_raw;              /* host backend block, unaligned (for free) */
     pf__slot *slots;
@@ -1034,12 +1090,29 @@ static pf_result pf__show_error(pf_loader *l) {
 static bool pf__error_due(const pf_loader *l) { return l->error.shown || (l->error.code && l->error.at_once); }
 
 /* >>config ---------------------------------------------------------------- */
+/* The default ring for `workers` loading threads: 2 * workers + 1 slots (one
+   loading and one ready per worker, and the one the consumer holds), and
+   more while they are small: up to PF__SMALL_RING_SLOTS slots within
+   PF__SMALL_RING_BYTES. A cheap batch then is not a sleep and a wake: the
+   workers run ahead by many batches, and are woken a batch of free slots
+   at a time (pf__wake_workers). */
+#define PF__SMALL_RING_BYTES ((size_t)2 << 20)
+#define PF__SMALL_RING_SLOTS 64u
+static uint32_t pf__ring_slots(uint32_t workers, size_t batch_bytes) {
+    uint64_t n = 2 * (uint64_t)workers + 1;
+    size_t stride = (batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    if (batch_bytes && stride >= batch_bytes && PF__SMALL_RING_BYTES / stride > n)
+        n = PF__SMALL_RING_BYTES / stride < PF__SMALL_RING_SLOTS ? PF__SMALL_RING_BYTES / stride : PF__SMALL_RING_SLOTS;
+    if (n < 2 * (uint64_t)workers + 1) n = 2 * (uint64_t)workers + 1;
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 PF_API pf_config pf_config_defaults(const pf_config *cfg) {
     pf_config c;
     memset(&c, 0, sizeof c);
     if (cfg) c = *cfg;
     if (!c.num_workers) c.num_workers = c.autotune ? PF__DEFAULT_AUTOTUNE_WORKERS : PF__DEFAULT_WORKERS;
-    if (!c.host_slots) c.host_slots = 2 * c.num_workers + 1;
+    if (!c.host_slots) c.host_slots = pf__ring_slots(c.num_workers, c.batch_bytes);
     if (c.host_slots > PF__MAX_SLOTS && !(cfg && cfg->host_slots)) c.host_slots = PF__MAX_SLOTS;
     if (!c.device_slots) c.device_slots = PF__DEFAULT_DEVICE_SLOTS;
     if (!c.world_size) c.world_size = 1;
@@ -1137,10 +1210,47 @@ static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
    in pf_next lost a wake-up when this was a flag). The consumer role is
    woken with a broadcast, since its waiters wait for different things
    (the next batch, a batch's copy); the stager and retirer are one thread
-   each; workers get one signal or a broadcast, see pf__wake_workers. */
+   each; workers get one signal or a broadcast, see pf__wake_workers.
+   4. Before it waits, a worker or a consumer may spin a little (pf__spin),
+      because a sleep and a wake cost 10-40 us on a VM while the other side
+      is often a microsecond away (a cheap load, a consumer that releases at
+      once). The spinner drops the lock and watches pulse[role], a counter
+      that every pf__wake of its role bumps (under the lock, even when
+      nobody is counted as waiting, and regardless of the workers' wake
+      hysteresis; owed like a wake and given just before the lock drops,
+      by rule 3's two exits). It is not counted in waiting[], so nobody owes it a
+      wake; it rechecks its condition when the pulse moves.
+   Why spinning loses no wake-up either: the spin is only a delay before the
+   rules above. A spinner reads the pulse in the critical section where its
+   condition was found false; after the spin it takes the lock again and
+   either the pulse moved (or the loader is stopping), and it rechecks its
+   condition, or the pulse did not move, so nothing that can make the
+   condition true happened in between (each such change bumps the pulse
+   under the lock), and it waits by rule 1 in that same critical section.
+   Spins are bounded (spin_ns, at most PF_SPIN_MAX_NS), taken only while a
+   CPU is free for them (this loader's threads not blocked, the spinner
+   included, fit on the online CPUs, and the process has no more spinners
+   than CPUs), and adaptive (a spin that ends without a pulse halves the
+   role's budget, down to PF__SPIN_MIN_NS, one that is pulsed doubles it;
+   a backed-off role still spins in full every 8th time, to notice that
+   spinning pays again), so an idle loader spins once, briefly, and then
+   sleeps. */
 enum { PF__WAKE_WORKER = 1u << 8, PF__WAKE_WORKERS = 1u << 9 };
 
+/* A pulse is owed like a wake and given as the critical section ends
+   (still under the lock): a spinner that sees it then finds the lock free. */
+static void pf__pulse(pf_loader *l, int role) { l->pulse_owed |= 1u << role; }
+
+static void pf__give_pulses(pf_loader *l) {
+    unsigned p = l->pulse_owed;
+    int r;
+    l->pulse_owed = 0;
+    for (r = 0; p; r++, p >>= 1)
+        if (p & 1u) PF__STORE_FLAG(&l->pulse[r], l->pulse[r] + 1u);
+}
+
 static void pf__wake(pf_loader *l, int role) {
+    pf__pulse(l, role);
     if (l->waiting[role]) l->wake |= 1u << role;
 }
 
@@ -1156,11 +1266,13 @@ static void pf__send_wakes(pf_loader *l, unsigned w) {
 static void pf__unlock_wake(pf_loader *l) {
     unsigned w = l->wake;
     l->wake = 0;
+    if (l->pulse_owed) pf__give_pulses(l);
     pf__unlock(&l->mu);
     if (w) pf__send_wakes(l, w);
 }
 
 static void pf__flush_wakes(pf_loader *l) {
+    if (l->pulse_owed) pf__give_pulses(l);
     if (l->wake) pf__send_wakes(l, l->wake);
     l->wake = 0;
 }
@@ -1179,9 +1291,64 @@ static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
     return r;
 }
 
+/* Threads spinning in pf__spin, all loaders of the process together. */
+static uint32_t pf__spinners;
+
+static uint32_t pf__cpu_count(void) {
+#if defined(_SC_NPROCESSORS_ONLN)
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1u;
+#else
+    return 1u; /* unknown: never spin */
+#endif
+}
+
+/* Spin with the lock dropped until `role` is pulsed, the loader stops or
+   the role's budget runs out (rule 4). Lock held on entry and on return.
+   true: something changed, recheck the condition; false: nothing did (or
+   no CPU was free to spin on), wait now, in this critical section. */
+static bool pf__spin(pf_loader *l, int role) {
+#if PF__SPIN_OK
+    uint32_t seen, budget = l->spin_ns[role];
+    uint32_t blocked = l->waiting[PF__ROLE_WORKER] + l->waiting[PF__ROLE_CONSUMER] + l->waiting[PF__ROLE_STAGER] +
+                       l->waiting[PF__ROLE_RETIRER];
+    uint32_t threads = l->active + 1u + (l->taker == PF__ROLE_STAGER ? 2u : 0u); /* workers, a consumer, helpers */
+    uint64_t t0;
+    bool pulsed = false;
+    unsigned i;
+    if (!budget || l->stopping || threads > blocked + l->ncpu) return false;
+    if (budget < PF_SPIN_MAX_NS && ++l->spin_probe[role] % 8u == 0) budget = PF_SPIN_MAX_NS; /* did it change? */
+    if (PF__ADD(&pf__spinners, 1u) > l->ncpu) {
+        PF__ADD(&pf__spinners, (uint32_t)-1);
+        return false;
+    }
+    seen = l->pulse[role];
+    pf__unlock_wake(l); /* owed wakes first: the other side may be what we wait for */
+    t0 = pf__now_ns();
+    for (i = 1;; i++) {
+        PF__CPU_RELAX();
+        if (PF__LOAD_FLAG(&l->pulse[role]) != seen || PF__LOAD_FLAG(&l->stopping)) {
+            pulsed = true;
+            break;
+        }
+        if (i % 16u == 0 && pf__now_ns() - t0 >= budget) break;
+    }
+    PF__ADD(&pf__spinners, (uint32_t)-1);
+    pf__lock(&l->mu);
+    if (!pulsed) pulsed = l->pulse[role] != seen || l->stopping; /* between the last look and the lock */
+    if (pulsed) l->spin_ns[role] = budget > PF_SPIN_MAX_NS / 2 ? PF_SPIN_MAX_NS : 2 * budget;
+    else l->spin_ns[role] = budget / 2 < PF__SPIN_MIN_NS ? PF__SPIN_MIN_NS : budget / 2;
+    return pulsed;
+#else
+    (void)l, (void)role;
+    return false;
+#endif
+}
+
 /* Something every waiting worker must look at (a plan, the lead cap, a
    stop): wake them all. */
 static void pf__wake_all_workers(pf_loader *l) {
+    pf__pulse(l, PF__ROLE_WORKER);
     if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
 }
 
@@ -1192,7 +1359,9 @@ static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->taker); }
    unless the ring runs low or the taker is starving: one wakeup then buys
    several loads instead of one. */
 static void pf__wake_workers(pf_loader *l, bool urgent) {
-    if (!l->waiting[PF__ROLE_WORKER] || !l->nfree) return;
+    if (!l->nfree) return;
+    pf__pulse(l, PF__ROLE_WORKER); /* a spinning worker takes a slot at once */
+    if (!l->waiting[PF__ROLE_WORKER]) return;
     if (urgent || l->nfree >= l->wake_batch || l->nready <= l->active || l->waiting[l->taker])
         l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
@@ -1440,6 +1609,12 @@ static void pf__wait_ends(pf_loader *l, int kind) {
 /* The consumer waits (optional deadline): 0 woken, 1 timed out (lock held). */
 static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
+    if (pf__spin(l, PF__ROLE_CONSUMER)) { /* recheck; a spin pulsed again and again still times out */
+        struct timespec now;
+        if (!deadline) return 0;
+        timespec_get(&now, TIME_UTC);
+        return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+    }
     return pf__wait(l, PF__ROLE_CONSUMER, deadline);
 }
 
@@ -1636,7 +1811,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         }
         if (claim != PF__CLAIM_OK) {
             uint64_t t0 = now;
-            pf__wait(l, PF__ROLE_WORKER, NULL);
+            if (!pf__spin(l, PF__ROLE_WORKER)) pf__wait(l, PF__ROLE_WORKER, NULL);
             now = pf__now_ns();
             if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += now - t0;
             continue;
@@ -2933,6 +3108,9 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l->active = c->autotune ? 1 : c->num_workers; /* autotune starts small */
     l->at.floor = 1;
     l->wake_batch = nslots >= 8 ? nslots / 4 : 1;
+    l->ncpu = pf__cpu_count();
+    PF__STORE_FLAG(&pf__lock_spins, l->ncpu > 1 ? 12u : 0u);
+    for (i = 0; i < PF__ROLES; i++) l->spin_ns[i] = l->ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
 #ifdef PREFETCH_CUDA
     if (dslots) {
