@@ -950,9 +950,15 @@ struct pf_loader {
     char pf__pad1[64];
     uint32_t spin_ns[PF__ROLES]; /* each role's spin budget, adapted (lock held) */
     uint32_t spin_probe[PF__ROLES]; /* backed off: every 8th spin is a full one */
+    uint32_t spinning[PF__ROLES];   /* threads spinning in each role (lock held) */
     uint32_t ncpu;               /* online CPUs: no more spinners than this    */
 
     void *host_raw;              /* host backend block, unaligned (for free) */
+    /* slots 0 .. nalloc-1 have memory; with autotune the ring grows with
+       the active workers (>>autotune), up to nslots, a block per growth */
+    uint32_t nalloc, grow_to, ngrown;
+    bool growing, grow_failed;
+    void **grown;                /* the blocks grown, as the backend allocated them */
     pf__slot *slots;
     uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
     uint32_t *order;             /* in order: order[seq % nslots] = slot + 1 */
@@ -999,6 +1005,7 @@ struct pf_loader {
     uint32_t active;
     struct {
         uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
+        uint64_t batches_prev; /* the start of the period just measured       */
         double thr_before;     /* throughput before the last increase         */
         double load_before;    /* and the load time per batch then            */
         uint32_t before;       /* active before it                             */
@@ -1323,6 +1330,7 @@ static bool pf__spin(pf_loader *l, int role) {
         return false;
     }
     seen = l->pulse[role];
+    l->spinning[role]++;
     pf__unlock_wake(l); /* owed wakes first: the other side may be what we wait for */
     t0 = pf__now_ns();
     for (i = 1;; i++) {
@@ -1335,6 +1343,7 @@ static bool pf__spin(pf_loader *l, int role) {
     }
     PF__ADD(&pf__spinners, (uint32_t)-1);
     pf__lock(&l->mu);
+    l->spinning[role]--;
     if (!pulsed) pulsed = l->pulse[role] != seen || l->stopping; /* between the last look and the lock */
     if (pulsed) l->spin_ns[role] = budget > PF_SPIN_MAX_NS / 2 ? PF_SPIN_MAX_NS : 2 * budget;
     else l->spin_ns[role] = budget / 2 < PF__SPIN_MIN_NS ? PF__SPIN_MIN_NS : budget / 2;
@@ -1360,10 +1369,11 @@ static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->taker); }
    several loads instead of one. */
 static void pf__wake_workers(pf_loader *l, bool urgent) {
     if (!l->nfree) return;
-    pf__pulse(l, PF__ROLE_WORKER); /* a spinning worker takes a slot at once */
-    if (!l->waiting[PF__ROLE_WORKER]) return;
-    if (urgent || l->nfree >= l->wake_batch || l->nready <= l->active || l->waiting[l->taker])
-        l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
+    if (!urgent && l->nfree < l->wake_batch && l->nready > l->active && !l->waiting[l->taker] &&
+        !l->spinning[l->taker])
+        return;
+    pf__pulse(l, PF__ROLE_WORKER); /* spinning workers: the same hysteresis */
+    if (l->waiting[PF__ROLE_WORKER]) l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
 
 /* Plan the claim cursor's epoch. Called with the lock held and returns with
@@ -1654,8 +1664,9 @@ static void pf__note_epoch_end(pf_loader *l) {
 /* >>autotune -------------------------------------------------------------- */
 /* cfg.autotune: workers 0 .. active-1 load, the others park on their own
    condition (created once, up to num_workers: no thread churn). Every
-   PF__AT_PERIOD batches the consumer's pf_next measures the period that
-   just ended, under the lock: throughput, the share of time it waited for
+   PF__AT_PERIOD batches (and at least PF__AT_MIN_NS: cheap batches come
+   a microsecond apart, and 32 of them measure only noise) the consumer's
+   pf_next measures the period that just ended, under the lock: throughput, the share of time it waited for
    loads (waits for a busy GPU do not count), the worker time per batch in
    load and the consumer's own time per batch.
    - Input-bound (waited > 5%): grow towards load time / consumer time per
@@ -1673,13 +1684,20 @@ static void pf__note_epoch_end(pf_loader *l) {
    phase, then a fast one) is followed. Never more than num_workers, nor
    than the slot ring can keep busy. */
 #define PF__AT_PERIOD 32u
+#define PF__AT_MIN_NS 20000000u /* and at least 20 ms */
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
 static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
-    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %u batches, "
-               "%.0f batches/s)", (unsigned)l->active, (unsigned)n, why, waited * 100, PF__AT_PERIOD, thr);
+    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %llu batches, "
+               "%.0f batches/s)", (unsigned)l->active, (unsigned)n, why, waited * 100,
+               (unsigned long long)(l->st_batches - l->at.batches_prev), thr);
     if (n > l->active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
+    if (n > l->active && !l->grow_failed) { /* and the ring grows with them */
+        uint32_t want = pf__ring_slots(n, l->cfg.batch_bytes);
+        if (want > l->nslots) want = l->nslots;
+        if (want > l->grow_to) l->grow_to = want;
+    }
     l->active = n;
     l->at.changes++;
     l->at.last_change_batch = l->st_batches;
@@ -1687,6 +1705,7 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
 
 /* A measuring period starts now: the counters it is measured against. */
 static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
+    l->at.batches_prev = l->at.batches0;
     l->at.t0 = now;
     l->at.batches0 = l->st_batches;
     l->at.wait0 = waits;
@@ -1694,12 +1713,57 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.wwait0 = l->st_worker_wait_ns;
 }
 
+static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to);
+#ifdef PREFETCH_CUDA
+static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to);
+#endif
+
+/* Memory follows what runs: with autotune the ring holds what the active
+   workers need (pf__ring_slots), not what the ceiling would, and grows when
+   they do, by one block of the slots it lacks. The consumer allocates it in
+   pf_next, outside the lock (one thread at a time: `growing`); the new slots
+   join the free stack and the workers are told. It never shrinks (a slot may
+   be loading, ready or held; the peak is bounded by the most workers that
+   ran). If the allocation fails the ring stays as it is, and autotune keeps
+   within what it can keep busy. */
+static void pf__grow(pf_loader *l) {
+    uint32_t from, to, i;
+    bool ok;
+    pf__lock(&l->mu);
+    if (l->growing || l->grow_to <= l->nalloc || l->stopping) {
+        pf__unlock(&l->mu);
+        return;
+    }
+    l->growing = true;
+    from = l->nalloc;
+    to = l->grow_to;
+    pf__unlock(&l->mu);
+    ok = PF__BACKEND(l, pf__grow_slots)(l, from, to);
+    pf__lock(&l->mu);
+    l->growing = false;
+    if (!ok) {
+        l->grow_failed = true;
+        l->grow_to = l->nalloc;
+    } else {
+        for (i = from; i < to; i++) l->free_stack[l->nfree++] = i;
+        l->nalloc = to;
+        l->wake_batch = to >= 8 ? to / 4 : 1;
+        pf__wake_all_workers(l);
+    }
+    pf__unlock_wake(l);
+    if (!ok)
+        pf__log(&l->cfg, PF_LOG_INFO, "autotune: could not allocate %u more slots of %llu bytes; the ring stays at %u",
+                (unsigned)(to - from), (unsigned long long)l->stride, (unsigned)from);
+}
+
 static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st_batches - l->at.batches0;
-    uint32_t limit = l->cfg.num_workers < l->nslots ? l->cfg.num_workers : (l->nslots > 1 ? l->nslots - 1 : 1), hi;
+    uint32_t ring = l->grow_failed ? l->nalloc : l->nslots; /* what the ring can grow to */
+    uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
     double dt, thr, waited, load_pb, step_pb, idle;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     now = pf__now_ns();
+    if (l->at.t0 && now - l->at.t0 < PF__AT_MIN_NS) return; /* cheap batches: 32 of them are noise */
     waits = l->st_wait_input_ns + l->st_wait_copy_ns;
     if (!l->at.t0) { /* the first period starts with the first batch */
         pf__at_period_start(l, now, waits);
@@ -1899,6 +1963,7 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     struct timespec deadline;
     char msg[PF__MSG_SIZE];
     pf_result r;
+    bool grow;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->mu);
     if (!l->st_first_ns) l->st_first_ns = l->st_last_ns = pf__now_ns(); /* waits count from the first call */
@@ -1913,8 +1978,10 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
         memcpy(msg, l->at.msg, sizeof msg);
         l->at.msg[0] = '\0';
     }
+    grow = l->grow_to > l->nalloc && !l->growing;
     pf__unlock_wake(l);
     if (msg[0]) pf__log(&l->cfg, PF_LOG_DEBUG, "%s", msg); /* user code: never under the lock */
+    if (grow) pf__grow(l);
     return r;
 }
 
@@ -2006,13 +2073,13 @@ static void pf__stats_host(pf_loader *l, pf_stats *out) { (void)l, (void)out; }
 
 /* Host slots: one block from cfg.allocator, each slot PF__ALIGN-aligned. */
 static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
-    size_t bytes = (size_t)l->nslots * l->stride + PF__ALIGN;
+    size_t bytes = (size_t)l->nalloc * l->stride + PF__ALIGN;
     unsigned char *p;
     uint32_t i;
     l->host_raw = l->cfg.allocator.alloc_fn(bytes, l->cfg.allocator.user_data);
     if (!l->host_raw) {
         pf__format(why, n, "pf_create: out of memory: %llu bytes for host_slots %u x %llu (cfg.allocator)",
-                   (unsigned long long)bytes, (unsigned)l->nslots, (unsigned long long)l->stride);
+                   (unsigned long long)bytes, (unsigned)l->nalloc, (unsigned long long)l->stride);
         return PF_ERR_NO_MEMORY;
     }
     p = (unsigned char *)l->host_raw;
@@ -2021,13 +2088,29 @@ static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
        first epoch pays no page faults (pinned memory is resident
        already). Not with zeros: some hypervisors back zeroed pages
        lazily and charge the first real write instead. */
-    memset(p, 0xa5, (size_t)l->nslots * l->stride);
-    for (i = 0; i < l->nslots; i++) l->slots[i].data = p + (size_t)i * l->stride;
+    memset(p, 0xa5, (size_t)l->nalloc * l->stride);
+    for (i = 0; i < l->nalloc; i++) l->slots[i].data = p + (size_t)i * l->stride;
     return PF_OK;
 }
 
+/* Autotune grew the ring: memory for slots from .. to-1, one block, touched
+   as in pf_create (called without the lock, by the consumer). */
+static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to) {
+    unsigned char *p, *raw = (unsigned char *)l->cfg.allocator.alloc_fn((size_t)(to - from) * l->stride + PF__ALIGN,
+                                                                         l->cfg.allocator.user_data);
+    uint32_t i;
+    if (!raw) return false;
+    l->grown[l->ngrown++] = raw;
+    p = raw + (PF__ALIGN - (uintptr_t)raw % PF__ALIGN) % PF__ALIGN;
+    memset(p, 0xa5, (size_t)(to - from) * l->stride);
+    for (i = from; i < to; i++) l->slots[i].data = p + (size_t)(i - from) * l->stride;
+    return true;
+}
+
 static void pf__free_slots_host(pf_loader *l) {
+    uint32_t i;
     if (l->host_raw) l->cfg.allocator.free_fn(l->host_raw, l->cfg.allocator.user_data);
+    for (i = 0; i < l->ngrown; i++) l->cfg.allocator.free_fn(l->grown[i], l->cfg.allocator.user_data);
 }
 
 /* The host backend has no helper threads. */
@@ -2149,7 +2232,7 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    the verdict reads the GPU's time between them. */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
-    size_t host_bytes = (size_t)l->nslots * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
+    size_t host_bytes = (size_t)l->nalloc * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
                    timed = cudaEventDefault;
     char m[PF__MSG_SIZE];
@@ -2174,7 +2257,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaHostAlloc((void **)&cu->pinned, host_bytes, cudaHostAllocDefault),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
                  "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu)", (unsigned long long)host_bytes,
-                 (unsigned)l->nslots, (unsigned long long)l->stride)
+                 (unsigned)l->nalloc, (unsigned long long)l->stride)
     PF__CUDA_TRY(cudaMalloc((void **)&cu->dev, dev_bytes),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
                  "cudaMalloc of %llu device bytes (device_slots %u x %llu)", (unsigned long long)dev_bytes,
@@ -2201,7 +2284,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
 #undef PF__CUDA_TRY
-    for (d = 0; d < l->nslots; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
+    for (d = 0; d < l->nalloc; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
 done:
     if (r != PF_OK) (void)cudaGetLastError(); /* leave no error behind for the caller's next call */
     pf__cuda_leave(l, &sv);
@@ -2240,6 +2323,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
     if (cu->dev) (void)cudaFree(cu->dev);
     if (cu->pinned) (void)cudaFreeHost(cu->pinned);
+    for (d = 0; d < l->ngrown; d++) (void)cudaFreeHost(l->grown[d]); /* autotune's growth (>>autotune) */
     (void)cudaGetLastError();
     pf__cuda_leave(l, &sv);
 }
@@ -2704,6 +2788,23 @@ static void pf__stats_cuda(pf_loader *l, pf_stats *out) { /* lock held */
 }
 
 static pf_result pf__alloc_slots_cuda(pf_loader *l, char *why, size_t n) { return pf__cuda_create(l, why, n); }
+
+/* Autotune grew the ring: pinned memory for slots from .. to-1, one more
+   block (called without the lock, on the consumer's thread: its CUDA state
+   is kept, as in every call). Their events exist from pf_create. */
+static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to) {
+    pf__ctx_saved sv;
+    unsigned char *p = NULL;
+    uint32_t i;
+    bool ok = pf__cuda_enter(l, &sv) == cudaSuccess &&
+              cudaHostAlloc((void **)&p, (size_t)(to - from) * l->stride, cudaHostAllocDefault) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    pf__cuda_leave(l, &sv);
+    if (!ok) return false;
+    l->grown[l->ngrown++] = p;
+    for (i = from; i < to; i++) l->slots[i].data = p + (size_t)(i - from) * l->stride;
+    return true;
+}
 static void pf__free_slots_cuda(pf_loader *l) { pf__cuda_destroy(l); }
 
 static pf_result pf__start_helpers_cuda(pf_loader *l, char *why, size_t n) {
@@ -3029,7 +3130,7 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
 
 static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
     pf__layout lay = {0, false};
-    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip;
+    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_grown;
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
     uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
@@ -3053,6 +3154,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
     o_ckdone = pf__reserve(&lay, nslots, 1);
     o_skip = pf__reserve(&lay, nslots, sizeof(uint64_t));
+    o_grown = pf__reserve(&lay, nslots, sizeof(void *));
 #ifdef PREFETCH_CUDA
     if (dslots) {
         o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
@@ -3094,6 +3196,10 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l->workers = (pf__worker *)(base + o_workers);
     l->ck_done = base + o_ckdone;
     l->rs.skip = (uint64_t *)(base + o_skip);
+    l->grown = (void **)(base + o_grown);
+    /* autotune: memory for the ring one worker needs; it grows with them */
+    l->nalloc = c->autotune ? pf__ring_slots(1, c->batch_bytes) : nslots;
+    if (l->nalloc > nslots) l->nalloc = nslots;
     if (c->resume) pf__resume_at(l, c->resume);
     l->cfg.resume = NULL; /* the caller's string: read once, here */
     for (i = 0; i < nslots; i++) {
@@ -3102,12 +3208,12 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         s->index = i;
         s->indices = l->index_mem + (size_t)i * c->batch_size;
         s->msg = l->msgs + (size_t)i * PF__MSG_SIZE;
-        l->free_stack[i] = nslots - 1 - i; /* slot 0 on top */
+        if (i < l->nalloc) l->free_stack[i] = l->nalloc - 1 - i; /* slot 0 on top */
     }
-    l->nfree = nslots;
+    l->nfree = l->nalloc;
     l->active = c->autotune ? 1 : c->num_workers; /* autotune starts small */
     l->at.floor = 1;
-    l->wake_batch = nslots >= 8 ? nslots / 4 : 1;
+    l->wake_batch = l->nalloc >= 8 ? l->nalloc / 4 : 1;
     l->ncpu = pf__cpu_count();
     PF__STORE_FLAG(&pf__lock_spins, l->ncpu > 1 ? 12u : 0u);
     for (i = 0; i < PF__ROLES; i++) l->spin_ns[i] = l->ncpu > 1 ? PF_SPIN_MAX_NS : 0;
@@ -3320,7 +3426,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->backend = l->backend;
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->active;
-    out->host_slots = l->nslots;
+    out->host_slots = l->nalloc; /* with memory (autotune grows the ring) */
     out->device_slots = 0; /* the backend's part below */
     out->epoch = l->cons_epoch;
     out->batch = l->cons_batch;
@@ -3337,8 +3443,8 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->wait_s = out->wait_input_s + out->wait_copy_s + out->wait_gpu_s;
     out->load_s = pf__sec(l->st_load_ns);
     out->worker_wait_s = pf__sec(l->st_worker_wait_ns);
-    out->occupancy = l->st_batches ? (double)l->st_ready_sum / ((double)l->st_batches * l->nslots) : 0;
-    for (i = 0; i < l->nslots; i++) {
+    out->occupancy = l->st_batches ? (double)l->st_ready_sum / ((double)l->st_batches * l->nalloc) : 0;
+    for (i = 0; i < l->nalloc; i++) {
         int st = l->slots[i].state;
         out->free_slots += st == PF__SLOT_FREE;
         out->loading_slots += st == PF__SLOT_LOADING;

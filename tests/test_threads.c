@@ -454,6 +454,47 @@ static void test_autotune_grows_when_starved_and_shrinks_when_compute_bound(void
     pthread_mutex_destroy(&p.mu);
 }
 
+/* Memory follows what runs: with big batches the ring starts with what one
+   worker needs (2W+1 = 3 slots) and grows as workers are added, never past
+   the ceiling's ring; every batch still arrives once, in order. On the
+   simulated runtime the grown slots are pinned blocks of their own,
+   allocated on the consumer's thread and freed by destroy. */
+static void test_autotune_ring_grows_with_workers(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_stats st;
+    uint32_t peak = 0, slots = 0;
+    phased_init(&p);
+    p.slow = 1;
+    t_begin(&c, h_seed);
+    c.on_host = 1;
+    cfg = phased_config(&p, &c, 240);
+    cfg.batch_bytes = (size_t)1 << 20; /* big: the ring is 2W+1, not sized by bytes */
+    cfg.host_slots = 0;                /* the default: 2 * 8 + 1 = 17 at most */
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    pf_get_stats(c.l, &st);
+    CHECK_EQ(st.workers_active, 1);
+    CHECK_EQ(st.host_slots, 3);
+    for (uint64_t k = 0; k < 240; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        pf_get_stats(c.l, &st);
+        if (st.workers_active > peak) peak = st.workers_active;
+        CHECKF(st.host_slots >= slots, "the ring shrank from %u to %u slots", slots, st.host_slots);
+        slots = st.host_slots;
+        CHECK(slots <= 17);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    CHECKF(peak >= 2, "starved for 240 batches, it ran only %u workers", peak);
+    CHECKF(slots >= 2 * peak + 1 || slots == 17, "%u workers ran with a ring of %u slots", peak, slots);
+    CHECKF(slots <= 2 * peak + 1, "at most %u workers ran, yet the ring grew to %u slots", peak, slots);
+    if (h_verbose) printf("    peak %u workers, %u slots\n", peak, slots);
+    t_end(&c);
+    pthread_mutex_destroy(&p.mu);
+}
+
 /* The same batches, indices and rng as a fixed single worker, while the
    count changes under it. */
 static void test_autotune_keeps_the_order(void) {
@@ -520,6 +561,7 @@ static void test_autotune_destroy_while_resizing_and_parked(void) {
 static const h_test tests[] = {
     {"autotune_grows_when_starved_and_shrinks", test_autotune_grows_when_starved_and_shrinks_when_compute_bound},
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
+    {"autotune_ring_grows_with_workers", test_autotune_ring_grows_with_workers},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
