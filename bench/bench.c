@@ -589,26 +589,40 @@ typedef struct at_result {
     double thr, cpu;
     uint64_t settled; /* batch of autotune's last change */
     uint32_t active;
+    uint32_t slots;   /* host slots with memory at the end (the ring never shrinks: its peak) */
+    double rss_mib;   /* peak RSS of the run (VmHWM, reset before it) */
 } at_result;
+
+#define AT_BATCH_BYTES ((size_t)1 << 20) /* big enough that slots are memory */
+
+static long vm_kib(const char *key);
+static void reset_peak_rss(void) { /* Linux: "5" resets VmHWM to the current RSS */
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
 
 /* batches in all; throughput and CPU time over the batches after `skip`,
    the same window for every setting */
 static at_result run_profile(profile *p, unsigned workers, bool autotune, uint64_t batches, uint64_t skip) {
     pf_config cfg;
     pf_loader *l;
-    at_result r = {0, 0, 0, 0};
+    at_result r = {0, 0, 0, 0, 0, 0};
     double t0 = 0, c0 = 0;
     uint64_t n = 0;
+    pf_stats st;
     memset(&cfg, 0, sizeof cfg);
     cfg.load = profile_load;
     cfg.user = p;
     cfg.num_samples = batches;
     cfg.batch_size = 1;
-    cfg.batch_bytes = 64;
+    cfg.batch_bytes = AT_BATCH_BYTES;
     cfg.epochs = 1;
-    cfg.num_workers = workers;
-    cfg.host_slots = 33; /* the same ring for every setting */
+    cfg.num_workers = workers; /* the default ring for each: 2W+1, or what autotune grows */
     cfg.autotune = autotune;
+    reset_peak_rss();
     if (getenv("AT_LOG")) cfg.log = at_log;
     if (pf_create(&cfg, &l) != PF_OK) die("pf_create", NULL);
     for (;;) {
@@ -624,6 +638,9 @@ static at_result run_profile(profile *p, unsigned workers, bool autotune, uint64
     r.cpu = cpu_now() - c0;
     r.settled = l->at.last_change_batch;
     r.active = l->active;
+    pf_get_stats(l, &st);
+    r.slots = st.host_slots;
+    r.rss_mib = vm_kib("VmHWM:") / 1024.0;
     pf_destroy(l);
     return r;
 }
@@ -643,8 +660,11 @@ static at_result best_of(profile *p, unsigned workers, bool autotune, uint64_t b
     r[2] = run_profile(p, workers, autotune, batches, skip);
     r[0].thr = median3(r[0].thr, r[1].thr, r[2].thr);
     r[0].cpu = median3(r[0].cpu, r[1].cpu, r[2].cpu);
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < 3; i++) { /* the worst of the three: latest settling, most memory */
         if (r[i].settled > r[0].settled) r[0].settled = r[i].settled;
+        if (r[i].slots > r[0].slots) r[0].slots = r[i].slots;
+        if (r[i].rss_mib > r[0].rss_mib) r[0].rss_mib = r[i].rss_mib;
+    }
     return r[0];
 }
 
@@ -659,22 +679,28 @@ static void bench_autotune(void) {
         at_result fixed[5], a;
         unsigned counts[5] = {1, 2, 4, 8, 16};
         double best = 0, cpu_ref = 0;
+        int ref = 0;
         char name[64], v[96], lim[64];
         for (int k = 0; k < 5; k++) {
             fixed[k] = best_of(&profiles[i], counts[k], false, batches, skip);
             if (fixed[k].thr > best) best = fixed[k].thr;
-            printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":%u,\"batches_per_s\":%.1f,\"cpu_s\":%.3f}\n",
-                   profiles[i].name, counts[k], fixed[k].thr, fixed[k].cpu);
+            printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":%u,\"batches_per_s\":%.1f,\"cpu_s\":%.3f,"
+                   "\"slots\":%u,\"slot_MiB\":%.1f,\"peak_rss_MiB\":%.1f}\n",
+                   profiles[i].name, counts[k], fixed[k].thr, fixed[k].cpu, fixed[k].slots,
+                   fixed[k].slots * (AT_BATCH_BYTES / 1048576.0), fixed[k].rss_mib);
         }
         for (int k = 0; k < 5; k++) /* the smallest setting within 5% of the best */
             if (fixed[k].thr >= 0.95 * best) {
                 cpu_ref = fixed[k].cpu;
+                ref = k;
                 break;
             }
         a = best_of(&profiles[i], 16, true, batches, skip);
         printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":\"auto\",\"settled_on\":%u,"
-               "\"settled_at_batch\":%llu,\"batches_per_s\":%.1f,\"cpu_s\":%.3f,\"vs_best\":%.3f,\"cpu_vs_ref\":%.3f}\n",
-               profiles[i].name, a.active, (unsigned long long)a.settled, a.thr, a.cpu, a.thr / best, a.cpu / cpu_ref);
+               "\"settled_at_batch\":%llu,\"batches_per_s\":%.1f,\"cpu_s\":%.3f,\"vs_best\":%.3f,\"cpu_vs_ref\":%.3f,"
+               "\"slots\":%u,\"slot_MiB\":%.1f,\"peak_rss_MiB\":%.1f,\"slots_vs_ref\":%.3f}\n",
+               profiles[i].name, a.active, (unsigned long long)a.settled, a.thr, a.cpu, a.thr / best, a.cpu / cpu_ref,
+               a.slots, a.slots * (AT_BATCH_BYTES / 1048576.0), a.rss_mib, (double)a.slots / fixed[ref].slots);
         snprintf(name, sizeof name, "autotune %s: throughput", profiles[i].name);
         snprintf(v, sizeof v, "%.0f batches/s, %u workers (auto)", a.thr, a.active);
         snprintf(lim, sizeof lim, "best fixed: %.0f/s", best);
@@ -683,6 +709,11 @@ static void bench_autotune(void) {
         snprintf(v, sizeof v, "%.3f s", a.cpu);
         snprintf(lim, sizeof lim, "smallest fixed within 5%%: %.3f s", cpu_ref);
         add_row(name, v, lim, a.cpu / cpu_ref, "<= 1.1", a.cpu / cpu_ref <= 1.1);
+        snprintf(name, sizeof name, "autotune %s: slot memory", profiles[i].name);
+        snprintf(v, sizeof v, "%u slots = %.0f MiB, peak RSS %.0f MiB", a.slots, a.slots * (AT_BATCH_BYTES / 1048576.0),
+                 a.rss_mib);
+        snprintf(lim, sizeof lim, "%u fixed: %u slots, RSS %.0f MiB", counts[ref], fixed[ref].slots, fixed[ref].rss_mib);
+        add_row(name, v, lim, (double)a.slots / fixed[ref].slots, "<= 1.25", a.slots <= 1.25 * fixed[ref].slots);
         snprintf(name, sizeof name, "autotune %s: settled", profiles[i].name);
         snprintf(v, sizeof v, "after batch %llu", (unsigned long long)a.settled);
         add_row(name, v, "", -1, "<= 300", a.settled <= 300);
