@@ -1671,8 +1671,9 @@ static void pf__note_epoch_end(pf_loader *l) {
    load and the consumer's own time per batch.
    - Input-bound (waited > 5%): grow towards load time / consumer time per
      batch (the workers needed to keep pace), at most doubling, and put the
-     increase on trial: if the next period's throughput is not 5% better,
-     go back and keep that as a ceiling (a CPU-bound load on a saturated
+     increase on trial: if the next period's throughput is not 5% better
+     and the consumer still waited for loads (over 1%), go back and keep
+     that as a ceiling (a CPU-bound load on a saturated
      machine: more workers stop helping).
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
@@ -1688,16 +1689,18 @@ static void pf__note_epoch_end(pf_loader *l) {
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
+/* The ring should hold `slots` (at most nslots): grow it (pf__grow). */
+static void pf__ring_for(pf_loader *l, uint32_t slots) {
+    if (slots > l->nslots) slots = l->nslots;
+    if (!l->grow_failed && slots > l->grow_to && slots > l->nalloc) l->grow_to = slots;
+}
+
 static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
     pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %llu batches, "
                "%.0f batches/s)", (unsigned)l->active, (unsigned)n, why, waited * 100,
                (unsigned long long)(l->st_batches - l->at.batches_prev), thr);
     if (n > l->active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
-    if (n > l->active && !l->grow_failed) { /* and the ring grows with them */
-        uint32_t want = pf__ring_slots(n, l->cfg.batch_bytes);
-        if (want > l->nslots) want = l->nslots;
-        if (want > l->grow_to) l->grow_to = want;
-    }
+    if (n > l->active) pf__ring_for(l, l->active + n + 1); /* on trial: see pf__grow */
     l->active = n;
     l->at.changes++;
     l->at.last_change_batch = l->st_batches;
@@ -1719,25 +1722,26 @@ static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to);
 #endif
 
 /* Memory follows what runs: with autotune the ring holds what the active
-   workers need (pf__ring_slots), not what the ceiling would, and grows when
-   they do, by one block of the slots it lacks. The consumer allocates it in
-   pf_next, outside the lock (one thread at a time: `growing`); the new slots
-   join the free stack and the workers are told. It never shrinks (a slot may
-   be loading, ready or held; the peak is bounded by the most workers that
+   workers need, not what the ceiling would, and grows when they do, by one
+   block of the slots it lacks: while an increase from b to n workers is
+   on trial, the ring of the b (2b + 1) and a slot to load into for each
+   new one (b + n + 1: in order, a late batch holds back the ready ones,
+   and a trial without that slack fails for want of slots); once it is
+   kept, the default ring for n (pf__ring_slots). A trial that fails so
+   costs fewer slots. A worker allocates it (and
+   touches it: page faults cost milliseconds here), outside the lock, one at
+   a time (`growing`), so the consumer never pays for it; the new slots join
+   the free stack and the workers are told. It never shrinks (a slot may be
+   loading, ready or held; the peak is bounded by the most workers that
    ran). If the allocation fails the ring stays as it is, and autotune keeps
-   within what it can keep busy. */
+   within what it can keep busy. Lock held on entry and return. */
+static bool pf__grow_due(const pf_loader *l) { return l->grow_to > l->nalloc && !l->growing && !l->stopping; }
+
 static void pf__grow(pf_loader *l) {
-    uint32_t from, to, i;
+    uint32_t from = l->nalloc, to = l->grow_to, i;
     bool ok;
-    pf__lock(&l->mu);
-    if (l->growing || l->grow_to <= l->nalloc || l->stopping) {
-        pf__unlock(&l->mu);
-        return;
-    }
     l->growing = true;
-    from = l->nalloc;
-    to = l->grow_to;
-    pf__unlock(&l->mu);
+    pf__unlock_wake(l);
     ok = PF__BACKEND(l, pf__grow_slots)(l, from, to);
     pf__lock(&l->mu);
     l->growing = false;
@@ -1750,10 +1754,12 @@ static void pf__grow(pf_loader *l) {
         l->wake_batch = to >= 8 ? to / 4 : 1;
         pf__wake_all_workers(l);
     }
-    pf__unlock_wake(l);
-    if (!ok)
+    if (!ok) {
+        pf__unlock_wake(l);
         pf__log(&l->cfg, PF_LOG_INFO, "autotune: could not allocate %u more slots of %llu bytes; the ring stays at %u",
                 (unsigned)(to - from), (unsigned long long)l->stride, (unsigned)from);
+        pf__lock(&l->mu);
+    }
 }
 
 static void pf__autotune(pf_loader *l) {
@@ -1782,12 +1788,17 @@ static void pf__autotune(pf_loader *l) {
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     if (l->at.probing) {
         l->at.probing = false;
-        if (thr < l->at.thr_before * 1.05) {
+        /* not 5% better while the consumer still waited for loads: more
+           workers did not help. A consumer that no longer waits is what
+           the increase was for, whatever its throughput says (a step that
+           ran long, a stalled period on a shared machine). */
+        if (thr < l->at.thr_before * 1.05 && waited > 0.01) {
             l->at.cap = l->at.before;
             l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
             pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
             return;
         }
+        pf__ring_for(l, pf__ring_slots(l->active, l->cfg.batch_bytes)); /* kept: the full ring for them */
     }
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (waited > 0.05 && l->active < hi) {
@@ -1866,7 +1877,12 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
     for (;;) {
         pf__slot *s = NULL;
         pf_job job;
-        int rc, claim = pf__claim(l, w, now, &s);
+        int rc, claim;
+        if (pf__grow_due(l)) { /* autotune added workers: their slots first (>>autotune) */
+            pf__grow(l);
+            now = pf__now_ns();
+        }
+        claim = pf__claim(l, w, now, &s);
         if (claim == PF__CLAIM_DONE) break;
         if (claim == PF__CLAIM_PARKED) { /* until autotune wants this worker again */
             pf__wait(l, PF__ROLE_PARKED, NULL);
@@ -1963,7 +1979,6 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     struct timespec deadline;
     char msg[PF__MSG_SIZE];
     pf_result r;
-    bool grow;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->mu);
     if (!l->st_first_ns) l->st_first_ns = l->st_last_ns = pf__now_ns(); /* waits count from the first call */
@@ -1978,10 +1993,8 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
         memcpy(msg, l->at.msg, sizeof msg);
         l->at.msg[0] = '\0';
     }
-    grow = l->grow_to > l->nalloc && !l->growing;
     pf__unlock_wake(l);
     if (msg[0]) pf__log(&l->cfg, PF_LOG_DEBUG, "%s", msg); /* user code: never under the lock */
-    if (grow) pf__grow(l);
     return r;
 }
 

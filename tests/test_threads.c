@@ -457,7 +457,7 @@ static void test_autotune_grows_when_starved_and_shrinks_when_compute_bound(void
 
 /* Memory follows what runs: with big batches the ring starts with what one
    worker needs (2W+1 = 3 slots) and grows as workers are added, never past
-   the ceiling's ring; every batch still arrives once, in order. On the
+   what the most workers that ran need, nor the ceiling's ring; every batch still arrives once, in order. On the
    simulated runtime the grown slots are pinned blocks of their own,
    allocated on the consumer's thread and freed by destroy. */
 static void test_autotune_ring_grows_with_workers(void) {
@@ -489,7 +489,9 @@ static void test_autotune_ring_grows_with_workers(void) {
         CHECK_EQ(pf_release(c.l, &b), PF_OK);
     }
     CHECKF(peak >= 2, "starved for 240 batches, it ran only %u workers", peak);
-    CHECKF(slots >= 2 * peak + 1 || slots == 17, "%u workers ran with a ring of %u slots", peak, slots);
+    /* a count on trial gets at least a slot per worker, one held and one
+       ready; a kept one the default ring 2W+1 */
+    CHECKF(slots >= peak + 2 || slots == 17, "%u workers ran with a ring of %u slots", peak, slots);
     CHECKF(slots <= 2 * peak + 1, "at most %u workers ran, yet the ring grew to %u slots", peak, slots);
     if (h_verbose) printf("    peak %u workers, %u slots\n", peak, slots);
     t_end(&c);
