@@ -108,6 +108,8 @@
                               streams, so Nsight Systems shows the pipeline
                               (the toolkit's header-only nvtx3; CUDA builds)
      PF_ASSERT(x)             your assert (default: assert from <assert.h>)
+     PF_SPIN_MAX_NS           the longest spin before a wait (default 20000;
+                              0 never spins)
 
    THREADING MODEL
 
@@ -117,9 +119,12 @@
      the oldest undelivered batch always has a slot and in-order delivery
      cannot deadlock. pf_next, pf_release, pf_batch_wait and
      pf_get_stats may be called from any thread (they lock); pf_destroy must
-     not race with any other call on the same loader. Waiting is on condition
-     variables only: an idle loader uses no CPU. One loader per GPU; loaders
-     share nothing.
+     not race with any other call on the same loader. A worker or pf_next
+     with nothing to do spins briefly first (up to PF_SPIN_MAX_NS, only
+     while a CPU is free for it, less when spins do not pay), because a
+     sleep and a wake cost 10-40 us on a VM; then it sleeps on a condition
+     variable: an idle loader uses no CPU after that spin. One loader per
+     GPU; loaders share nothing.
 
    MEMORY
 
@@ -127,6 +132,10 @@
        host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host;
                                    touched once in pf_create, so resident)
        GPU:   device_slots * stride (CUDA backend)
+     except with autotune, where host slots follow the active workers: the
+     ring starts with what one worker needs and grows (a block per growth,
+     allocated by a worker) as autotune adds workers, up to host_slots; it
+     never shrinks. pf_stats.host_slots counts the slots with memory.
      where stride = batch_bytes rounded up to 256, so that every slot starts
      256-byte aligned for vector loads. Plus small bookkeeping through
      cfg.allocator (indices: batch_size * 8 bytes per slot).
@@ -1324,7 +1333,7 @@ static bool pf__spin(pf_loader *l, int role) {
     bool pulsed = false;
     unsigned i;
     if (!budget || l->stopping || threads > blocked + l->ncpu) return false;
-    if (budget < PF_SPIN_MAX_NS && ++l->spin_probe[role] % 8u == 0) budget = PF_SPIN_MAX_NS; /* did it change? */
+    if (budget != PF_SPIN_MAX_NS && ++l->spin_probe[role] % 8u == 0) budget = PF_SPIN_MAX_NS; /* did it change? */
     if (PF__ADD(&pf__spinners, 1u) > l->ncpu) {
         PF__ADD(&pf__spinners, (uint32_t)-1);
         return false;
