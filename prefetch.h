@@ -624,9 +624,11 @@ static int pf__cond_timedwait(pf__cond *c, pf__mutex *m, const struct timespec *
 
 /* The loader's lock is held for well under a microsecond (no user code
    runs under it), so a thread that finds it taken retries a few times,
-   backing off, before it sleeps in the kernel: on a VM that sleep and the
-   wake cost 10-40 us. Not on one CPU, where the holder cannot run while
-   we spin (pf__lock_spins is set by the first pf_create). */
+   backing off (about a microsecond in all), before it sleeps in the
+   kernel: on a VM that sleep and the wake cost 10-40 us. Four tries, not
+   more: on an oversubscribed machine (load 5 on 2 cores) twelve were
+   slower than none. Not on one CPU, where the holder cannot run while we
+   spin (pf__lock_spins is set by pf_create). */
 static uint32_t pf__lock_spins;
 static void pf__lock(pf__mutex *m) {
     uint32_t k, j, n = PF__LOAD_FLAG(&pf__lock_spins);
@@ -3237,7 +3239,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l->at.floor = 1;
     l->wake_batch = l->nalloc >= 8 ? l->nalloc / 4 : 1;
     l->ncpu = pf__cpu_count();
-    PF__STORE_FLAG(&pf__lock_spins, l->ncpu > 1 ? 12u : 0u);
+    PF__STORE_FLAG(&pf__lock_spins, l->ncpu > 1 ? 4u : 0u);
     for (i = 0; i < PF__ROLES; i++) l->spin_ns[i] = l->ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
 #ifdef PREFETCH_CUDA
