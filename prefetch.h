@@ -1229,22 +1229,27 @@ static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
    woken with a broadcast, since its waiters wait for different things
    (the next batch, a batch's copy); the stager and retirer are one thread
    each; workers get one signal or a broadcast, see pf__wake_workers.
-   4. Before it waits, a worker or a consumer may spin a little (pf__spin),
-      because a sleep and a wake cost 10-40 us on a VM while the other side
-      is often a microsecond away (a cheap load, a consumer that releases at
-      once). The spinner drops the lock and watches pulse[role], a counter
-      that every pf__wake of its role bumps (under the lock, even when
-      nobody is counted as waiting, and regardless of the workers' wake
-      hysteresis; owed like a wake and given just before the lock drops,
-      by rule 3's two exits). It is not counted in waiting[], so nobody owes it a
-      wake; it rechecks its condition when the pulse moves.
+   4. Before it waits, a consumer, or a worker on a ring under 8 slots
+      (larger ones wake workers a batch of slots at a time), may spin a
+      little (pf__spin), because a sleep and a wake cost 10-40 us on a VM
+      while the other side is often a microsecond away (a cheap load, a
+      consumer that releases at once). The spinner drops the lock and
+      watches pulse[role], a counter bumped whenever a waiter of that role
+      would be owed a wake (pf__wake, pf__wake_workers with its hysteresis,
+      pf__wake_all_workers), whether or not one is counted as waiting; the
+      bump is owed like a wake and given under the lock just before it
+      drops, at rule 3's two exits. A spinner is not counted in waiting[],
+      so nobody owes it a wake; it rechecks its condition when the pulse
+      moves.
    Why spinning loses no wake-up either: the spin is only a delay before the
    rules above. A spinner reads the pulse in the critical section where its
    condition was found false; after the spin it takes the lock again and
    either the pulse moved (or the loader is stopping), and it rechecks its
-   condition, or the pulse did not move, so nothing that can make the
-   condition true happened in between (each such change bumps the pulse
-   under the lock), and it waits by rule 1 in that same critical section.
+   condition, or the pulse did not move, so no change since that check
+   would have owed a waiter of its role a wake, and it waits by rule 1 in
+   that same critical section, exactly as if it had never spun (a worker
+   may then sleep with a free slot below the wake batch, as a worker that
+   never spun does, until the batch or a starving consumer wakes it).
    Spins are bounded (spin_ns, at most PF_SPIN_MAX_NS), taken only while a
    CPU is free for them (this loader's threads not blocked, the spinner
    included, fit on the online CPUs, and the process has no more spinners
@@ -1902,7 +1907,11 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         }
         if (claim != PF__CLAIM_OK) {
             uint64_t t0 = now;
-            if (!pf__spin(l, PF__ROLE_WORKER)) pf__wait(l, PF__ROLE_WORKER, NULL);
+            /* a worker spins only on a small ring: on one of 8 slots or more
+               it is woken a batch of free slots at a time (pf__wake_workers),
+               a wake that many loads share, while its spin would take a CPU
+               from the consumer on a busy machine */
+            if (!(l->wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER))) pf__wait(l, PF__ROLE_WORKER, NULL);
             now = pf__now_ns();
             if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += now - t0;
             continue;
