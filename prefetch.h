@@ -123,6 +123,8 @@
                               streams, so Nsight Systems shows the pipeline
                               (the toolkit's header-only nvtx3; CUDA builds)
      PF_ASSERT(x)             your assert (default: assert from <assert.h>)
+     PF_SPIN_MAX_NS           the longest spin before a wait (default 20000;
+                              0 never spins)
 
    THREADING MODEL
 
@@ -132,9 +134,12 @@
      the oldest undelivered batch always has a slot and in-order delivery
      cannot deadlock. pf_next, pf_release, pf_batch_wait and
      pf_get_stats may be called from any thread (they lock); pf_destroy must
-     not race with any other call on the same loader. Waiting is on condition
-     variables only: an idle loader uses no CPU. One loader per GPU; loaders
-     share nothing.
+     not race with any other call on the same loader. A worker or pf_next
+     with nothing to do spins briefly first (up to PF_SPIN_MAX_NS, only
+     while a CPU is free for it, less when spins do not pay), because a
+     sleep and a wake cost 10-40 us on a VM; then it sleeps on a condition
+     variable: an idle loader uses no CPU after that spin. One loader per
+     GPU; loaders share nothing.
 
    MEMORY
 
@@ -142,6 +147,10 @@
        host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host;
                                    touched once in pf_create, so resident)
        GPU:   device_slots * stride (CUDA backend)
+     except with autotune, where host slots follow the active workers: the
+     ring starts with what one worker needs and grows (a block per growth,
+     allocated by a worker) as autotune adds workers, up to host_slots; it
+     never shrinks. pf_stats.host_slots counts the slots with memory.
      where stride = batch_bytes rounded up to 256, so that every slot starts
      256-byte aligned for vector loads. Plus small bookkeeping through
      cfg.allocator (indices: batch_size * 8 bytes per slot).
@@ -311,7 +320,9 @@ typedef struct pf_config {
     uint32_t epochs;           /* [0 = until pf_destroy]                        */
     uint32_t num_workers;      /* [4, or 16 with autotune] load threads (1 .. 1024);
                                   with autotune, the most it may use          */
-    uint32_t host_slots;       /* [2 * num_workers + 1] (1 .. 4096)             */
+    uint32_t host_slots;       /* [2 * num_workers + 1, or up to 64 while they
+                                  fit in 2 MiB] (1 .. 4096); with autotune
+                                  the most the ring grows to                   */
     uint32_t device_slots;     /* [3] CUDA backend (1 .. 4096)                  */
     bool shuffle;              /* [false] a new permutation each epoch          */
     bool drop_last;            /* [false] drop the short last batch (per rank)  */
@@ -736,14 +747,41 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #define PF__DEFAULT_AUTOTUNE_WORKERS 16u /* I/O-bound loads scale past the cores */
 #define PF__WAIT 100 /* internal: nothing to take yet */
 
-/* Atomics only for the cancel flag, which load callbacks read without the
-   lock. gcc/clang builtins work the same in C and C++. */
+/* Atomics only for what is read without the lock: the cancel flag (load
+   callbacks) and the pulses and spinner count of >>waiting. gcc/clang
+   builtins work the same in C and C++. Without them there is no spinning
+   (PF__SPIN_OK 0): every wait blocks at once, as in v0.2. */
 #if defined(__GNUC__) || defined(__clang__)
 #define PF__LOAD_FLAG(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define PF__STORE_FLAG(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define PF__ADD(p, v) __atomic_add_fetch((p), (v), __ATOMIC_ACQ_REL)
+#define PF__SPIN_OK 1
+#if defined(__x86_64__) || defined(__i386__)
+#define PF__CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define PF__CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define PF__CPU_RELAX() ((void)0)
+#endif
 #else
 #define PF__LOAD_FLAG(p) (*(volatile int *)(p))
 #define PF__STORE_FLAG(p, v) (*(volatile int *)(p) = (v))
+#define PF__ADD(p, v) (*(p) += (v))
+#define PF__SPIN_OK 0
+#define PF__CPU_RELAX() ((void)0)
+#endif
+
+/* Spinning before a wait (see >>waiting): the longest spin, the shortest
+   one adaptive backoff goes down to. A wake of a sleeping thread costs
+   10-40 us on a VM (a futex call, then a halted vCPU coming back), so a
+   spin up to about that long pays whenever the other side is that close. */
+#ifndef PF_SPIN_MAX_NS
+#define PF_SPIN_MAX_NS 20000u
+#endif
+#define PF__SPIN_MIN_NS 500u
+
+#if (defined(__unix__) || defined(__APPLE__)) && !defined(_WIN32)
+#include <unistd.h>
 #endif
 
 /* >>threads --------------------------------------------------------------- */
@@ -763,7 +801,8 @@ static int pf__thread_start(pf__thread *t, void *(*fn)(void *), void *arg) {
 static void pf__thread_join(pf__thread t) { pthread_join(t, NULL); }
 static int pf__mutex_init(pf__mutex *m) { return pthread_mutex_init(m, NULL) == 0 ? 0 : -1; }
 static void pf__mutex_destroy(pf__mutex *m) { pthread_mutex_destroy(m); }
-static void pf__lock(pf__mutex *m) { pthread_mutex_lock(m); }
+static bool pf__trylock(pf__mutex *m) { return pthread_mutex_trylock(m) == 0; }
+static void pf__lock_wait(pf__mutex *m) { pthread_mutex_lock(m); }
 static void pf__unlock(pf__mutex *m) { pthread_mutex_unlock(m); }
 static int pf__cond_init(pf__cond *c) { return pthread_cond_init(c, NULL) == 0 ? 0 : -1; }
 static void pf__cond_destroy(pf__cond *c) { pthread_cond_destroy(c); }
@@ -787,7 +826,8 @@ static int pf__thread_start(pf__thread *t, int (*fn)(void *), void *arg) {
 static void pf__thread_join(pf__thread t) { thrd_join(t, NULL); }
 static int pf__mutex_init(pf__mutex *m) { return mtx_init(m, mtx_plain) == thrd_success ? 0 : -1; }
 static void pf__mutex_destroy(pf__mutex *m) { mtx_destroy(m); }
-static void pf__lock(pf__mutex *m) { mtx_lock(m); }
+static bool pf__trylock(pf__mutex *m) { return mtx_trylock(m) == thrd_success; }
+static void pf__lock_wait(pf__mutex *m) { mtx_lock(m); }
 static void pf__unlock(pf__mutex *m) { mtx_unlock(m); }
 static int pf__cond_init(pf__cond *c) { return cnd_init(c) == thrd_success ? 0 : -1; }
 static void pf__cond_destroy(pf__cond *c) { cnd_destroy(c); }
@@ -798,6 +838,23 @@ static int pf__cond_timedwait(pf__cond *c, pf__mutex *m, const struct timespec *
     return cnd_timedwait(c, m, abs) == thrd_success ? 0 : 1;
 }
 #endif
+
+/* The loader's lock is held for well under a microsecond (no user code
+   runs under it), so a thread that finds it taken retries a few times,
+   backing off (about a microsecond in all), before it sleeps in the
+   kernel: on a VM that sleep and the wake cost 10-40 us. Four tries, not
+   more: on an oversubscribed machine (load 5 on 2 cores) twelve were
+   slower than none. Not on one CPU, where the holder cannot run while we
+   spin (pf__lock_spins is set by pf_create). */
+static uint32_t pf__lock_spins;
+static void pf__lock(pf__mutex *m) {
+    uint32_t k, j, n = PF__LOAD_FLAG(&pf__lock_spins);
+    for (k = 0; k < n; k++) {
+        if (pf__trylock(m)) return;
+        for (j = 0; j < (2u << (k < 6 ? k : 6)); j++) PF__CPU_RELAX();
+    }
+    pf__lock_wait(m);
+}
 
 /* Tests define it to fail a chosen thread start. */
 #ifndef PF__THREAD_START
@@ -1152,8 +1209,24 @@ struct pf_loader {
     unsigned wake;   /* wakes owed once the lock drops                     */
     bool mu_ok;
     uint32_t cv_ok;  /* how many of cv[] were initialised                  */
+    /* spinning (>>waiting): the pulses are read without the lock, so they
+       have a cache line of their own, away from the lock's */
+    char pf__pad0[64];
+    uint32_t pulse[PF__ROLES];   /* bumped, under the lock, by every pf__wake of the role */
+    char pf__pad2[64];
+    unsigned pulse_owed;         /* pulses to give as the lock drops (lock held) */
+    char pf__pad1[64];
+    uint32_t spin_ns[PF__ROLES]; /* each role's spin budget, adapted (lock held) */
+    uint32_t spin_probe[PF__ROLES]; /* backed off: every 8th spin is a full one */
+    uint32_t spinning[PF__ROLES];   /* threads spinning in each role (lock held) */
+    uint32_t ncpu;               /* online CPUs: no more spinners than this    */
 
     void *host_raw;              /* host backend block, unaligned (for free) */
+    /* slots 0 .. nalloc-1 have memory; with autotune the ring grows with
+       the active workers (>>autotune), up to nslots, a block per growth */
+    uint32_t nalloc, grow_to, ngrown;
+    bool growing, grow_failed;
+    void **grown;                /* the blocks grown, as the backend allocated them */
     pf__slot *slots;
     uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
     uint32_t *order;             /* in order: order[seq % nslots] = slot + 1 */
@@ -1206,6 +1279,7 @@ struct pf_loader {
     uint32_t active;
     struct {
         uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
+        uint64_t batches_prev; /* the start of the period just measured       */
         double thr_before;     /* throughput before the last increase         */
         double load_before;    /* and the load time per batch then            */
         uint32_t before;       /* active before it                             */
@@ -1306,12 +1380,29 @@ static pf_result pf__show_error(pf_loader *l) {
 static bool pf__error_due(const pf_loader *l) { return l->error.shown || (l->error.code && l->error.at_once); }
 
 /* >>config ---------------------------------------------------------------- */
+/* The default ring for `workers` loading threads: 2 * workers + 1 slots (one
+   loading and one ready per worker, and the one the consumer holds), and
+   more while they are small: up to PF__SMALL_RING_SLOTS slots within
+   PF__SMALL_RING_BYTES. A cheap batch then is not a sleep and a wake: the
+   workers run ahead by many batches, and are woken a batch of free slots
+   at a time (pf__wake_workers). */
+#define PF__SMALL_RING_BYTES ((size_t)2 << 20)
+#define PF__SMALL_RING_SLOTS 64u
+static uint32_t pf__ring_slots(uint32_t workers, size_t batch_bytes) {
+    uint64_t n = 2 * (uint64_t)workers + 1;
+    size_t stride = (batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    if (batch_bytes && stride >= batch_bytes && PF__SMALL_RING_BYTES / stride > n)
+        n = PF__SMALL_RING_BYTES / stride < PF__SMALL_RING_SLOTS ? PF__SMALL_RING_BYTES / stride : PF__SMALL_RING_SLOTS;
+    if (n < 2 * (uint64_t)workers + 1) n = 2 * (uint64_t)workers + 1;
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 PF_API pf_config pf_config_defaults(const pf_config *cfg) {
     pf_config c;
     memset(&c, 0, sizeof c);
     if (cfg) c = *cfg;
     if (!c.num_workers) c.num_workers = c.autotune ? PF__DEFAULT_AUTOTUNE_WORKERS : PF__DEFAULT_WORKERS;
-    if (!c.host_slots) c.host_slots = 2 * c.num_workers + 1;
+    if (!c.host_slots) c.host_slots = pf__ring_slots(c.num_workers, c.batch_bytes);
     if (c.host_slots > PF__MAX_SLOTS && !(cfg && cfg->host_slots)) c.host_slots = PF__MAX_SLOTS;
     if (!c.device_slots) c.device_slots = PF__DEFAULT_DEVICE_SLOTS;
     if (!c.world_size) c.world_size = 1;
@@ -1416,10 +1507,52 @@ static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
    in pf_next lost a wake-up when this was a flag). The consumer role is
    woken with a broadcast, since its waiters wait for different things
    (the next batch, a batch's copy); the stager and retirer are one thread
-   each; workers get one signal or a broadcast, see pf__wake_workers. */
+   each; workers get one signal or a broadcast, see pf__wake_workers.
+   4. Before it waits, a consumer, or a worker on a ring under 8 slots
+      (larger ones wake workers a batch of slots at a time), may spin a
+      little (pf__spin), because a sleep and a wake cost 10-40 us on a VM
+      while the other side is often a microsecond away (a cheap load, a
+      consumer that releases at once). The spinner drops the lock and
+      watches pulse[role], a counter bumped whenever a waiter of that role
+      would be owed a wake (pf__wake, pf__wake_workers with its hysteresis,
+      pf__wake_all_workers), whether or not one is counted as waiting; the
+      bump is owed like a wake and given under the lock just before it
+      drops, at rule 3's two exits. A spinner is not counted in waiting[],
+      so nobody owes it a wake; it rechecks its condition when the pulse
+      moves.
+   Why spinning loses no wake-up either: the spin is only a delay before the
+   rules above. A spinner reads the pulse in the critical section where its
+   condition was found false; after the spin it takes the lock again and
+   either the pulse moved (or the loader is stopping), and it rechecks its
+   condition, or the pulse did not move, so no change since that check
+   would have owed a waiter of its role a wake, and it waits by rule 1 in
+   that same critical section, exactly as if it had never spun (a worker
+   may then sleep with a free slot below the wake batch, as a worker that
+   never spun does, until the batch or a starving consumer wakes it).
+   Spins are bounded (spin_ns, at most PF_SPIN_MAX_NS), taken only while a
+   CPU is free for them (this loader's threads not blocked, the spinner
+   included, fit on the online CPUs, and the process has no more spinners
+   than CPUs), and adaptive (a spin that ends without a pulse halves the
+   role's budget, down to PF__SPIN_MIN_NS, one that is pulsed doubles it;
+   a backed-off role still spins in full every 8th time, to notice that
+   spinning pays again), so an idle loader spins once, briefly, and then
+   sleeps. */
 enum { PF__WAKE_WORKER = 1u << 8, PF__WAKE_WORKERS = 1u << 9 };
 
+/* A pulse is owed like a wake and given as the critical section ends
+   (still under the lock): a spinner that sees it then finds the lock free. */
+static void pf__pulse(pf_loader *l, int role) { l->pulse_owed |= 1u << role; }
+
+static void pf__give_pulses(pf_loader *l) {
+    unsigned p = l->pulse_owed;
+    int r;
+    l->pulse_owed = 0;
+    for (r = 0; p; r++, p >>= 1)
+        if (p & 1u) PF__STORE_FLAG(&l->pulse[r], l->pulse[r] + 1u);
+}
+
 static void pf__wake(pf_loader *l, int role) {
+    pf__pulse(l, role);
     if (l->waiting[role]) l->wake |= 1u << role;
 }
 
@@ -1435,11 +1568,13 @@ static void pf__send_wakes(pf_loader *l, unsigned w) {
 static void pf__unlock_wake(pf_loader *l) {
     unsigned w = l->wake;
     l->wake = 0;
+    if (l->pulse_owed) pf__give_pulses(l);
     pf__unlock(&l->mu);
     if (w) pf__send_wakes(l, w);
 }
 
 static void pf__flush_wakes(pf_loader *l) {
+    if (l->pulse_owed) pf__give_pulses(l);
     if (l->wake) pf__send_wakes(l, l->wake);
     l->wake = 0;
 }
@@ -1458,9 +1593,66 @@ static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
     return r;
 }
 
+/* Threads spinning in pf__spin, all loaders of the process together. */
+static uint32_t pf__spinners;
+
+static uint32_t pf__cpu_count(void) {
+#if defined(_SC_NPROCESSORS_ONLN)
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1u;
+#else
+    return 1u; /* unknown: never spin */
+#endif
+}
+
+/* Spin with the lock dropped until `role` is pulsed, the loader stops or
+   the role's budget runs out (rule 4). Lock held on entry and on return.
+   true: something changed, recheck the condition; false: nothing did (or
+   no CPU was free to spin on), wait now, in this critical section. */
+static bool pf__spin(pf_loader *l, int role) {
+#if PF__SPIN_OK
+    uint32_t seen, budget = l->spin_ns[role];
+    uint32_t blocked = l->waiting[PF__ROLE_WORKER] + l->waiting[PF__ROLE_CONSUMER] + l->waiting[PF__ROLE_STAGER] +
+                       l->waiting[PF__ROLE_RETIRER];
+    uint32_t threads = l->active + 1u + (l->taker == PF__ROLE_STAGER ? 2u : 0u); /* workers, a consumer, helpers */
+    uint64_t t0;
+    bool pulsed = false;
+    unsigned i;
+    if (!budget || l->stopping || threads > blocked + l->ncpu) return false;
+    if (budget != PF_SPIN_MAX_NS && ++l->spin_probe[role] % 8u == 0) budget = PF_SPIN_MAX_NS; /* did it change? */
+    if (PF__ADD(&pf__spinners, 1u) > l->ncpu) {
+        PF__ADD(&pf__spinners, (uint32_t)-1);
+        return false;
+    }
+    seen = l->pulse[role];
+    l->spinning[role]++;
+    pf__unlock_wake(l); /* owed wakes first: the other side may be what we wait for */
+    t0 = pf__now_ns();
+    for (i = 1;; i++) {
+        PF__CPU_RELAX();
+        if (PF__LOAD_FLAG(&l->pulse[role]) != seen || PF__LOAD_FLAG(&l->stopping)) {
+            pulsed = true;
+            break;
+        }
+        if (i % 16u == 0 && pf__now_ns() - t0 >= budget) break;
+    }
+    PF__ADD(&pf__spinners, (uint32_t)-1);
+    pf__lock(&l->mu);
+    l->spinning[role]--;
+    if (!pulsed) pulsed = l->pulse[role] != seen || l->stopping; /* between the last look and the lock */
+    if (pulsed) l->spin_ns[role] = budget > PF_SPIN_MAX_NS / 2 ? PF_SPIN_MAX_NS : 2 * budget;
+    else l->spin_ns[role] = budget / 2 < PF__SPIN_MIN_NS ? PF__SPIN_MIN_NS : budget / 2;
+    return pulsed;
+#else
+    (void)l, (void)role;
+    return false;
+#endif
+}
+
 /* Something every waiting worker must look at (a plan, the lead cap, a
    stop): wake them all. */
 static void pf__wake_all_workers(pf_loader *l) {
+    pf__pulse(l, PF__ROLE_WORKER);
     if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
 }
 
@@ -1471,9 +1663,12 @@ static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->taker); }
    unless the ring runs low or the taker is starving: one wakeup then buys
    several loads instead of one. */
 static void pf__wake_workers(pf_loader *l, bool urgent) {
-    if (!l->waiting[PF__ROLE_WORKER] || !l->nfree) return;
-    if (urgent || l->nfree >= l->wake_batch || l->nready <= l->active || l->waiting[l->taker])
-        l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
+    if (!l->nfree) return;
+    if (!urgent && l->nfree < l->wake_batch && l->nready > l->active && !l->waiting[l->taker] &&
+        !l->spinning[l->taker])
+        return;
+    pf__pulse(l, PF__ROLE_WORKER); /* spinning workers: the same hysteresis */
+    if (l->waiting[PF__ROLE_WORKER]) l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
 
 /* Plan the claim cursor's epoch. Called with the lock held and returns with
@@ -1729,6 +1924,12 @@ static void pf__wait_ends(pf_loader *l, int kind) {
 /* The consumer waits (optional deadline): 0 woken, 1 timed out (lock held). */
 static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
+    if (pf__spin(l, PF__ROLE_CONSUMER)) { /* recheck; a spin pulsed again and again still times out */
+        struct timespec now;
+        if (!deadline) return 0;
+        timespec_get(&now, TIME_UTC);
+        return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+    }
     return pf__wait(l, PF__ROLE_CONSUMER, deadline);
 }
 
@@ -1769,14 +1970,16 @@ static void pf__note_epoch_end(pf_loader *l) {
 /* >>autotune -------------------------------------------------------------- */
 /* cfg.autotune: workers 0 .. active-1 load, the others park on their own
    condition (created once, up to num_workers: no thread churn). Every
-   PF__AT_PERIOD batches the consumer's pf_next measures the period that
-   just ended, under the lock: throughput, the share of time it waited for
+   PF__AT_PERIOD batches (and at least PF__AT_MIN_NS: cheap batches come
+   a microsecond apart, and 32 of them measure only noise) the consumer's
+   pf_next measures the period that just ended, under the lock: throughput, the share of time it waited for
    loads (waits for a busy GPU do not count), the worker time per batch in
    load and the consumer's own time per batch.
    - Input-bound (waited > 5%): grow towards load time / consumer time per
      batch (the workers needed to keep pace), at most doubling, and put the
-     increase on trial: if the next period's throughput is not 5% better,
-     go back and keep that as a ceiling (a CPU-bound load on a saturated
+     increase on trial: if the next period's throughput is not 5% better
+     and the consumer still waited for loads (over 1%), go back and keep
+     that as a ceiling (a CPU-bound load on a saturated
      machine: more workers stop helping).
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
@@ -1788,13 +1991,22 @@ static void pf__note_epoch_end(pf_loader *l) {
    phase, then a fast one) is followed. Never more than num_workers, nor
    than the slot ring can keep busy. */
 #define PF__AT_PERIOD 32u
+#define PF__AT_MIN_NS 20000000u /* and at least 20 ms */
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
+/* The ring should hold `slots` (at most nslots): grow it (pf__grow). */
+static void pf__ring_for(pf_loader *l, uint32_t slots) {
+    if (slots > l->nslots) slots = l->nslots;
+    if (!l->grow_failed && slots > l->grow_to && slots > l->nalloc) l->grow_to = slots;
+}
+
 static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
-    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %u batches, "
-               "%.0f batches/s)", (unsigned)l->active, (unsigned)n, why, waited * 100, PF__AT_PERIOD, thr);
+    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %llu batches, "
+               "%.0f batches/s)", (unsigned)l->active, (unsigned)n, why, waited * 100,
+               (unsigned long long)(l->st_batches - l->at.batches_prev), thr);
     if (n > l->active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
+    if (n > l->active) pf__ring_for(l, l->active + n + 1); /* on trial: see pf__grow */
     l->active = n;
     l->at.changes++;
     l->at.last_change_batch = l->st_batches;
@@ -1802,6 +2014,7 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
 
 /* A measuring period starts now: the counters it is measured against. */
 static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
+    l->at.batches_prev = l->at.batches0;
     l->at.t0 = now;
     l->at.batches0 = l->st_batches;
     l->at.wait0 = waits;
@@ -1809,12 +2022,60 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.wwait0 = l->st_worker_wait_ns;
 }
 
+static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to);
+#ifdef PREFETCH_CUDA
+static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to);
+#endif
+
+/* Memory follows what runs: with autotune the ring holds what the active
+   workers need, not what the ceiling would, and grows when they do, by one
+   block of the slots it lacks: while an increase from b to n workers is
+   on trial, the ring of the b (2b + 1) and a slot to load into for each
+   new one (b + n + 1: in order, a late batch holds back the ready ones,
+   and a trial without that slack fails for want of slots); once it is
+   kept, the default ring for n (pf__ring_slots). A trial that fails so
+   costs fewer slots. A worker allocates it (and
+   touches it: page faults cost milliseconds here), outside the lock, one at
+   a time (`growing`), so the consumer never pays for it; the new slots join
+   the free stack and the workers are told. It never shrinks (a slot may be
+   loading, ready or held; the peak is bounded by the most workers that
+   ran). If the allocation fails the ring stays as it is, and autotune keeps
+   within what it can keep busy. Lock held on entry and return. */
+static bool pf__grow_due(const pf_loader *l) { return l->grow_to > l->nalloc && !l->growing && !l->stopping; }
+
+static void pf__grow(pf_loader *l) {
+    uint32_t from = l->nalloc, to = l->grow_to, i;
+    bool ok;
+    l->growing = true;
+    pf__unlock_wake(l);
+    ok = PF__BACKEND(l, pf__grow_slots)(l, from, to);
+    pf__lock(&l->mu);
+    l->growing = false;
+    if (!ok) {
+        l->grow_failed = true;
+        l->grow_to = l->nalloc;
+    } else {
+        for (i = from; i < to; i++) l->free_stack[l->nfree++] = i;
+        l->nalloc = to;
+        l->wake_batch = to >= 8 ? to / 4 : 1;
+        pf__wake_all_workers(l);
+    }
+    if (!ok) {
+        pf__unlock_wake(l);
+        pf__log(&l->cfg, PF_LOG_INFO, "autotune: could not allocate %u more slots of %llu bytes; the ring stays at %u",
+                (unsigned)(to - from), (unsigned long long)l->stride, (unsigned)from);
+        pf__lock(&l->mu);
+    }
+}
+
 static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st_batches - l->at.batches0;
-    uint32_t limit = l->cfg.num_workers < l->nslots ? l->cfg.num_workers : (l->nslots > 1 ? l->nslots - 1 : 1), hi;
+    uint32_t ring = l->grow_failed ? l->nalloc : l->nslots; /* what the ring can grow to */
+    uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
     double dt, thr, waited, load_pb, step_pb, idle;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     now = pf__now_ns();
+    if (l->at.t0 && now - l->at.t0 < PF__AT_MIN_NS) return; /* cheap batches: 32 of them are noise */
     waits = l->st_wait_input_ns + l->st_wait_copy_ns;
     if (!l->at.t0) { /* the first period starts with the first batch */
         pf__at_period_start(l, now, waits);
@@ -1833,12 +2094,17 @@ static void pf__autotune(pf_loader *l) {
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     if (l->at.probing) {
         l->at.probing = false;
-        if (thr < l->at.thr_before * 1.05) {
+        /* not 5% better while the consumer still waited for loads: more
+           workers did not help. A consumer that no longer waits is what
+           the increase was for, whatever its throughput says (a step that
+           ran long, a stalled period on a shared machine). */
+        if (thr < l->at.thr_before * 1.05 && waited > 0.01) {
             l->at.cap = l->at.before;
             l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
             pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
             return;
         }
+        pf__ring_for(l, pf__ring_slots(l->active, l->cfg.batch_bytes)); /* kept: the full ring for them */
     }
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (waited > 0.05 && l->active < hi) {
@@ -1918,7 +2184,12 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
     for (;;) {
         pf__slot *s = NULL;
         pf_job job;
-        int rc, claim = pf__claim(l, w, now, &s);
+        int rc, claim;
+        if (pf__grow_due(l)) { /* autotune added workers: their slots first (>>autotune) */
+            pf__grow(l);
+            now = pf__now_ns();
+        }
+        claim = pf__claim(l, w, now, &s);
         if (claim == PF__CLAIM_DONE) break;
         if (claim == PF__CLAIM_PARKED) { /* until autotune wants this worker again */
             if (w->live) { /* its state goes while it is parked, on its own thread */
@@ -1933,7 +2204,11 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         }
         if (claim != PF__CLAIM_OK) {
             uint64_t t0 = now;
-            pf__wait(l, PF__ROLE_WORKER, NULL);
+            /* a worker spins only on a small ring: on one of 8 slots or more
+               it is woken a batch of free slots at a time (pf__wake_workers),
+               a wake that many loads share, while its spin would take a CPU
+               from the consumer on a busy machine */
+            if (!(l->wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER))) pf__wait(l, PF__ROLE_WORKER, NULL);
             now = pf__now_ns();
             if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += now - t0;
             continue;
@@ -2139,13 +2414,13 @@ static bool pf__staged_epoch_n_host(const pf_loader *l, uint64_t *n) { return (v
 
 /* Host slots: one block from cfg.allocator, each slot PF__ALIGN-aligned. */
 static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
-    size_t bytes = (size_t)l->nslots * l->stride + PF__ALIGN;
+    size_t bytes = (size_t)l->nalloc * l->stride + PF__ALIGN;
     unsigned char *p;
     uint32_t i;
     l->host_raw = l->cfg.allocator.alloc_fn(bytes, l->cfg.allocator.user_data);
     if (!l->host_raw) {
         pf__format(why, n, "pf_create: out of memory: %llu bytes for host_slots %u x %llu (cfg.allocator)",
-                   (unsigned long long)bytes, (unsigned)l->nslots, (unsigned long long)l->stride);
+                   (unsigned long long)bytes, (unsigned)l->nalloc, (unsigned long long)l->stride);
         return PF_ERR_NO_MEMORY;
     }
     p = (unsigned char *)l->host_raw;
@@ -2154,13 +2429,29 @@ static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
        first epoch pays no page faults (pinned memory is resident
        already). Not with zeros: some hypervisors back zeroed pages
        lazily and charge the first real write instead. */
-    memset(p, 0xa5, (size_t)l->nslots * l->stride);
-    for (i = 0; i < l->nslots; i++) l->slots[i].data = p + (size_t)i * l->stride;
+    memset(p, 0xa5, (size_t)l->nalloc * l->stride);
+    for (i = 0; i < l->nalloc; i++) l->slots[i].data = p + (size_t)i * l->stride;
     return PF_OK;
 }
 
+/* Autotune grew the ring: memory for slots from .. to-1, one block, touched
+   as in pf_create (called without the lock, by the consumer). */
+static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to) {
+    unsigned char *p, *raw = (unsigned char *)l->cfg.allocator.alloc_fn((size_t)(to - from) * l->stride + PF__ALIGN,
+                                                                         l->cfg.allocator.user_data);
+    uint32_t i;
+    if (!raw) return false;
+    l->grown[l->ngrown++] = raw;
+    p = raw + (PF__ALIGN - (uintptr_t)raw % PF__ALIGN) % PF__ALIGN;
+    memset(p, 0xa5, (size_t)(to - from) * l->stride);
+    for (i = from; i < to; i++) l->slots[i].data = p + (size_t)(i - from) * l->stride;
+    return true;
+}
+
 static void pf__free_slots_host(pf_loader *l) {
+    uint32_t i;
     if (l->host_raw) l->cfg.allocator.free_fn(l->host_raw, l->cfg.allocator.user_data);
+    for (i = 0; i < l->ngrown; i++) l->cfg.allocator.free_fn(l->grown[i], l->cfg.allocator.user_data);
 }
 
 /* The host backend has no helper threads. */
@@ -2367,7 +2658,7 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    record). */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
-    size_t host_bytes = (size_t)l->nslots * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
+    size_t host_bytes = (size_t)l->nalloc * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
                    timed = cudaEventDefault, timed_wait = cudaEventBlockingSync;
     char m[PF__MSG_SIZE];
@@ -2392,7 +2683,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaHostAlloc((void **)&cu->pinned, host_bytes, cudaHostAllocDefault),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
                  "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu)", (unsigned long long)host_bytes,
-                 (unsigned)l->nslots, (unsigned long long)l->stride)
+                 (unsigned)l->nalloc, (unsigned long long)l->stride)
     PF__CUDA_TRY(cudaMalloc((void **)&cu->dev, dev_bytes),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
                  "cudaMalloc of %llu device bytes (device_slots %u x %llu)", (unsigned long long)dev_bytes,
@@ -2420,7 +2711,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
 #undef PF__CUDA_TRY
-    for (d = 0; d < l->nslots; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
+    for (d = 0; d < l->nalloc; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
 done:
     if (r != PF_OK) (void)cudaGetLastError(); /* leave no error behind for the caller's next call */
     pf__cuda_leave(l, &sv);
@@ -2460,6 +2751,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
     if (cu->dev) (void)cudaFree(cu->dev);
     if (cu->pinned) (void)cudaFreeHost(cu->pinned);
+    for (d = 0; d < l->ngrown; d++) (void)cudaFreeHost(l->grown[d]); /* autotune's growth (>>autotune) */
     (void)cudaGetLastError();
     pf__cuda_leave(l, &sv);
     pf__cuda_ctx_release(cu);
@@ -2963,6 +3255,23 @@ static void pf__stats_cuda(pf_loader *l, pf_stats *out) { /* lock held */
 }
 
 static pf_result pf__alloc_slots_cuda(pf_loader *l, char *why, size_t n) { return pf__cuda_create(l, why, n); }
+
+/* Autotune grew the ring: pinned memory for slots from .. to-1, one more
+   block (called without the lock, on the consumer's thread: its CUDA state
+   is kept, as in every call). Their events exist from pf_create. */
+static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to) {
+    pf__ctx_saved sv;
+    unsigned char *p = NULL;
+    uint32_t i;
+    bool ok = pf__cuda_enter(l, &sv) == cudaSuccess &&
+              cudaHostAlloc((void **)&p, (size_t)(to - from) * l->stride, cudaHostAllocDefault) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    pf__cuda_leave(l, &sv);
+    if (!ok) return false;
+    l->grown[l->ngrown++] = p;
+    for (i = from; i < to; i++) l->slots[i].data = p + (size_t)(i - from) * l->stride;
+    return true;
+}
 static void pf__free_slots_cuda(pf_loader *l) { pf__cuda_destroy(l); }
 
 static pf_result pf__start_helpers_cuda(pf_loader *l, char *why, size_t n) {
@@ -3438,7 +3747,7 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
 
 static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
     pf__layout lay = {0, false};
-    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples;
+    size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples, o_grown;
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
     uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
     /* unordered: the lead cap and done set span what this backend can have
@@ -3471,6 +3780,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_ckdone = pf__reserve(&lay, ck_win, 1);
     o_skip = pf__reserve(&lay, rs0.nskip, sizeof(uint64_t));
     o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
+    o_grown = pf__reserve(&lay, nslots, sizeof(void *));
 #ifdef PREFETCH_CUDA
     if (dslots) {
         o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
@@ -3514,6 +3824,10 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l->ck_win = ck_win;
     l->rs.skip = (uint64_t *)(base + o_skip);
     l->rs.nskip = rs0.nskip;
+    l->grown = (void **)(base + o_grown);
+    /* autotune: memory for the ring one worker needs; it grows with them */
+    l->nalloc = c->autotune ? pf__ring_slots(1, c->batch_bytes) : nslots;
+    if (l->nalloc > nslots) l->nalloc = nslots;
     if (c->resume) pf__resume_at(l, c->resume);
     l->cfg.resume = NULL; /* the caller's string: read once, here */
     for (i = 0; i < nslots; i++) {
@@ -3523,12 +3837,15 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
         s->indices = l->index_mem + (size_t)i * c->batch_size;
         s->msg = l->msgs + (size_t)i * PF__MSG_SIZE;
         s->sm.mem = (uint64_t *)(base + o_samples) + (size_t)i * (2 * (size_t)c->batch_size + 1);
-        l->free_stack[i] = nslots - 1 - i; /* slot 0 on top */
+        if (i < l->nalloc) l->free_stack[i] = l->nalloc - 1 - i; /* slot 0 on top */
     }
-    l->nfree = nslots;
+    l->nfree = l->nalloc;
     l->active = c->autotune ? 1 : c->num_workers; /* autotune starts small */
     l->at.floor = 1;
-    l->wake_batch = nslots >= 8 ? nslots / 4 : 1;
+    l->wake_batch = l->nalloc >= 8 ? l->nalloc / 4 : 1;
+    l->ncpu = pf__cpu_count();
+    PF__STORE_FLAG(&pf__lock_spins, l->ncpu > 1 ? 4u : 0u);
+    for (i = 0; i < PF__ROLES; i++) l->spin_ns[i] = l->ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
 #ifdef PREFETCH_CUDA
     if (dslots) {
@@ -3781,7 +4098,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->active;
     out->skipped = l->st_skipped;
-    out->host_slots = l->nslots;
+    out->host_slots = l->nalloc; /* with memory (autotune grows the ring) */
     out->device_slots = 0; /* the backend's part below */
     out->epoch = l->cons_epoch;
     out->batch = l->cons_batch;
@@ -3798,8 +4115,8 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->wait_s = out->wait_input_s + out->wait_copy_s + out->wait_gpu_s;
     out->load_s = pf__sec(l->st_load_ns);
     out->worker_wait_s = pf__sec(l->st_worker_wait_ns);
-    out->occupancy = l->st_batches ? (double)l->st_ready_sum / ((double)l->st_batches * l->nslots) : 0;
-    for (i = 0; i < l->nslots; i++) {
+    out->occupancy = l->st_batches ? (double)l->st_ready_sum / ((double)l->st_batches * l->nalloc) : 0;
+    for (i = 0; i < l->nalloc; i++) {
         int st = l->slots[i].state;
         out->free_slots += st == PF__SLOT_FREE;
         out->loading_slots += st == PF__SLOT_LOADING;
@@ -4816,7 +5133,7 @@ struct pf_tar {
     uint32_t max_parts;
 };
 
-static bool pf__grow(void **p, uint64_t *cap, uint64_t need, size_t elem) {
+static bool pf__grow_array(void **p, uint64_t *cap, uint64_t need, size_t elem) {
     uint64_t c = *cap ? *cap : 64;
     void *q;
     if (need <= *cap) return true;
@@ -4833,7 +5150,7 @@ static uint32_t pf__tar_name(pf_tar *t, const char *s, size_t len) { /* into the
     uint64_t cap = t->names_cap;
     size_t at = t->names_len;
     void *p = t->names;
-    if (!pf__grow(&p, &cap, (uint64_t)at + len + 1, 1) || at + len + 1 > UINT32_MAX) return UINT32_MAX;
+    if (!pf__grow_array(&p, &cap, (uint64_t)at + len + 1, 1) || at + len + 1 > UINT32_MAX) return UINT32_MAX;
     t->names = (char *)p;
     t->names_cap = (size_t)cap;
     memcpy(t->names + at, s, len);
@@ -4995,7 +5312,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             if (!*base) { pos = next; continue; }
             same_key_run = t->nsamples && t->samples[t->nsamples - 1].shard == shard && prev_key_len == key_len &&
                            !memcmp(t->names + t->samples[t->nsamples - 1].key, name, key_len);
-            if (!pf__grow((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
+            if (!pf__grow_array((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
                 PF__TAR_BAD("pf_tar_open: out of memory");
             p = &t->parts[t->nparts];
             p->off = data;
@@ -5004,7 +5321,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             if (p->name == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
             if (!same_key_run) {
                 pf__tar_sample *s;
-                if (!pf__grow((void **)&t->samples, &t->samples_cap, t->nsamples + 1, sizeof *t->samples))
+                if (!pf__grow_array((void **)&t->samples, &t->samples_cap, t->nsamples + 1, sizeof *t->samples))
                     PF__TAR_BAD("pf_tar_open: out of memory");
                 s = &t->samples[t->nsamples++];
                 memset(s, 0, sizeof *s);

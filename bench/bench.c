@@ -134,7 +134,7 @@ static double memcpy_limit(const dataset *d, unsigned threads, size_t batches, s
 typedef struct row {
     char name[64], value[48], limit[48], ratio[32], target[32], ok[8];
 } row;
-static row rows[64];
+static row rows[128];
 static int nrows;
 
 static void add_row(const char *name, const char *value, const char *limit, double ratio, const char *target,
@@ -208,8 +208,92 @@ static int empty_load(void *user, pf_job *job) {
     return 0;
 }
 
+/* The physical floor: a minimal single-producer ring whose two threads
+   spin on each other's index (no lock, no sleep, no bookkeeping). */
+typedef struct spsc {
+    uint64_t head, tail; /* written by the producer / the consumer */
+    uint64_t ring[64];
+    uint64_t n;
+    uint32_t slots;
+} spsc;
+
+static void *spsc_producer(void *p) {
+    spsc *q = (spsc *)p;
+    for (uint64_t i = 0; i < q->n; i++) {
+        while (i - __atomic_load_n(&q->tail, __ATOMIC_ACQUIRE) >= q->slots) {
+        }
+        q->ring[i % q->slots] = i;
+        __atomic_store_n(&q->head, i + 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static double spsc_floor(uint64_t n, uint32_t slots) {
+    spsc q;
+    pthread_t th;
+    uint64_t sum = 0;
+    double t0;
+    memset(&q, 0, sizeof q);
+    q.n = n;
+    q.slots = slots;
+    t0 = now_s();
+    pthread_create(&th, NULL, spsc_producer, &q);
+    for (uint64_t i = 0; i < n; i++) {
+        while (__atomic_load_n(&q.head, __ATOMIC_ACQUIRE) <= i) {
+        }
+        sum += q.ring[i % slots];
+        __atomic_store_n(&q.tail, i + 1, __ATOMIC_RELEASE);
+    }
+    pthread_join(th, NULL);
+    t0 = now_s() - t0;
+    if (sum != n * (n - 1) / 2) die("spsc ring", NULL);
+    return t0;
+}
+
+static void handoff_row(const char *name, double best, uint64_t n, const char *target, int ok) {
+    char v[48];
+    snprintf(v, sizeof v, "%.0f ns/batch (%.2fM/s)", best / n * 1e9, n / best / 1e6);
+    add_row(name, v, "", -1, target, ok);
+}
+
 static void bench_handoff(void) {
     const uint64_t n = quick ? 300000 : 2000000;
+    /* the default ring for 1 worker, and the smallest (2W+1) one: each a
+       sleep and a wake per batch unless the handoff avoids them */
+    {
+        static const uint32_t slots[3] = {0, 3, 64};
+        double best[3] = {1e9, 1e9, 1e9}, floor_best = 1e9;
+        pf_config cfg, full;
+        char name[64];
+        memset(&cfg, 0, sizeof cfg);
+        cfg.load = empty_load;
+        cfg.num_samples = n;
+        cfg.batch_size = 1;
+        cfg.batch_bytes = 8;
+        cfg.epochs = 1;
+        cfg.num_workers = 1;
+        cfg.backend = PF_BACKEND_HOST;
+        full = pf_config_defaults(&cfg);
+        for (int rep = 0; rep < 3; rep++) { /* interleaved: the ratios share the machine's mood */
+            double f = spsc_floor(n, 64);
+            if (f < floor_best) floor_best = f;
+            for (int k = 0; k < 3; k++) {
+                double t;
+                cfg.host_slots = slots[k];
+                t = consume(&cfg, NULL, NULL, NULL);
+                if (t < best[k]) best[k] = t;
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            uint32_t s = slots[k] ? slots[k] : full.host_slots;
+            printf("{\"bench\":\"handoff_ring\",\"slots\":%u,\"default\":%d,\"workers\":1,\"ns_per_batch\":%.1f}\n", s,
+                   !slots[k], best[k] / n * 1e9);
+            snprintf(name, sizeof name, "handoff, %u slots%s, 1 worker", s, slots[k] ? "" : " (default)");
+            handoff_row(name, best[k], n, k < 2 ? "<= 2000 ns" : "", k < 2 ? best[k] / n * 1e9 <= 2000 : -1);
+        }
+        printf("{\"bench\":\"handoff_floor\",\"slots\":64,\"ns_per_batch\":%.1f}\n", floor_best / n * 1e9);
+        handoff_row("floor: spinning SPSC ring, 64 slots", floor_best, n, "", -1);
+    }
     for (int unordered = 0; unordered <= 1; unordered++)
         for (unsigned workers = 1; workers <= 2; workers++) {
             pf_config cfg;
@@ -237,6 +321,110 @@ static void bench_handoff(void) {
             snprintf(v, sizeof v, "%.0f ns/batch (%.2fM/s)", best / n * 1e9, n / best / 1e6);
             add_row(name, v, "", -1, workers == 1 ? "<= 1000 ns" : "", workers == 1 ? best / n * 1e9 <= 1000 : -1);
         }
+}
+
+/* ---------------------------------------------------------------------- */
+/* 2b. cheap loads: one memcpy per batch from RAM, against the same loop
+   done inline by the consumer (the honest alternative for data in RAM) */
+
+typedef struct cheap {
+    unsigned char *data;
+    size_t item, nitems; /* nitems: a power of two */
+    bool shuffle;
+} cheap;
+
+static unsigned touch_pages(const unsigned char *p, size_t bytes) { /* a word of every 4 KiB */
+    unsigned acc = 0;
+    for (size_t i = 0; i < bytes; i += 4096) acc += *(const unsigned *)(p + i);
+    return acc;
+}
+
+static int cheap_load(void *user, pf_job *job) {
+    const cheap *c = (const cheap *)user;
+    memcpy(job->host, c->data + (job->indices[0] & (c->nitems - 1)) * c->item, c->item);
+    job->bytes = c->item;
+    return 0;
+}
+
+static unsigned cheap_touch(const pf_batch *b, void *arg) {
+    (void)arg;
+    return touch_pages((const unsigned char *)b->data, b->bytes);
+}
+
+/* The inline loop: the consumer copies each batch into one buffer itself.
+   Shuffled, it visits the items in an odd-multiplier order (a bijection on
+   a power of two), as cheap as an index can be. */
+static double cheap_inline(const cheap *c, uint64_t batches, unsigned char *buf) {
+    volatile unsigned sink = 0;
+    double t0 = now_s();
+    for (uint64_t i = 0; i < batches; i++) {
+        uint64_t k = c->shuffle ? (i * UINT64_C(0x9e3779b97f4a7c15)) & (c->nitems - 1) : i & (c->nitems - 1);
+        memcpy(buf, c->data + k * c->item, c->item);
+        sink += touch_pages(buf, c->item);
+    }
+    (void)sink;
+    return now_s() - t0;
+}
+
+static void bench_cheap(void) {
+    const size_t dataset_bytes = (size_t)256 << 20;
+    static const size_t sizes[5] = {4096, 16384, 65536, 262144, 1 << 20};
+    static const char *const setting[3] = {"1 worker", "2 workers", "autotune"};
+    cheap c;
+    unsigned char *buf = (unsigned char *)malloc((size_t)1 << 20);
+    c.data = (unsigned char *)malloc(dataset_bytes);
+    memset(c.data, 7, dataset_bytes); /* resident */
+    memset(buf, 7, (size_t)1 << 20);
+    for (int k = 0; k < 5; k++)
+        for (int sh = 0; sh <= 1; sh++) {
+            uint64_t batches = ((size_t)512 << 20) / sizes[k];
+            double best_inline = 1e9, best[3] = {1e9, 1e9, 1e9}, top = 0;
+            pf_config cfg;
+            int top_k = 0;
+            char name[64], v[96], lim[48];
+            if (batches > 100000) batches = 100000;
+            if (batches < 1000) batches = 1000;
+            if (quick) batches /= 4;
+            c.item = sizes[k];
+            c.nitems = dataset_bytes / c.item;
+            c.shuffle = sh;
+            memset(&cfg, 0, sizeof cfg);
+            cfg.load = cheap_load;
+            cfg.user = &c;
+            cfg.num_samples = batches;
+            cfg.batch_size = 1;
+            cfg.batch_bytes = c.item;
+            cfg.epochs = 1;
+            cfg.shuffle = sh;
+            cfg.backend = PF_BACKEND_HOST;
+            for (int rep = 0; rep < (quick ? 2 : 3); rep++) { /* interleaved, best of */
+                double t = cheap_inline(&c, batches, buf);
+                if (t < best_inline) best_inline = t;
+                for (int w = 0; w < 3; w++) {
+                    cfg.num_workers = w < 2 ? (uint32_t)w + 1 : 0;
+                    cfg.autotune = w == 2;
+                    t = consume(&cfg, cheap_touch, NULL, NULL);
+                    if (t < best[w]) best[w] = t;
+                }
+            }
+            for (int w = 0; w < 3; w++)
+                if (best_inline / best[w] > top) top = best_inline / best[w], top_k = w;
+            printf("{\"bench\":\"cheap\",\"batch_bytes\":%zu,\"order\":\"%s\",\"inline_us\":%.3f,\"w1_us\":%.3f,"
+                   "\"w2_us\":%.3f,\"auto_us\":%.3f,\"best_vs_inline\":%.3f,\"auto_vs_best\":%.3f}\n",
+                   c.item, sh ? "shuffled" : "in order", best_inline / batches * 1e6, best[0] / batches * 1e6,
+                   best[1] / batches * 1e6, best[2] / batches * 1e6, top, best_inline / best[2] / top);
+            snprintf(name, sizeof name, "cheap %zu KiB, %s: best", c.item / 1024, sh ? "shuffled" : "in order");
+            snprintf(v, sizeof v, "%.2f us/batch (%s)", best[top_k] / batches * 1e6, setting[top_k]);
+            snprintf(lim, sizeof lim, "inline loop: %.2f us/batch", best_inline / batches * 1e6);
+            add_row(name, v, lim, top, ">= 1.0 x inline", top >= 1.0);
+            snprintf(name, sizeof name, "cheap %zu KiB, %s: autotune", c.item / 1024, sh ? "shuffled" : "in order");
+            snprintf(v, sizeof v, "%.2f us/batch (1w %.2f, 2w %.2f)", best[2] / batches * 1e6, best[0] / batches * 1e6,
+                     best[1] / batches * 1e6);
+            snprintf(lim, sizeof lim, "best: %.2f us/batch", best[top_k] / batches * 1e6);
+            add_row(name, v, lim, best[top_k] / best[2], ">= 0.9 x best", best[top_k] / best[2] >= 0.9);
+        }
+    free(c.data);
+    free(buf);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -401,26 +589,40 @@ typedef struct at_result {
     double thr, cpu;
     uint64_t settled; /* batch of autotune's last change */
     uint32_t active;
+    uint32_t slots;   /* host slots with memory at the end (the ring never shrinks: its peak) */
+    double rss_mib;   /* peak RSS of the run (VmHWM, reset before it) */
 } at_result;
+
+#define AT_BATCH_BYTES ((size_t)1 << 20) /* big enough that slots are memory */
+
+static long vm_kib(const char *key);
+static void reset_peak_rss(void) { /* Linux: "5" resets VmHWM to the current RSS */
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
 
 /* batches in all; throughput and CPU time over the batches after `skip`,
    the same window for every setting */
 static at_result run_profile(profile *p, unsigned workers, bool autotune, uint64_t batches, uint64_t skip) {
     pf_config cfg;
     pf_loader *l;
-    at_result r = {0, 0, 0, 0};
+    at_result r = {0, 0, 0, 0, 0, 0};
     double t0 = 0, c0 = 0;
     uint64_t n = 0;
+    pf_stats st;
     memset(&cfg, 0, sizeof cfg);
     cfg.load = profile_load;
     cfg.user = p;
     cfg.num_samples = batches;
     cfg.batch_size = 1;
-    cfg.batch_bytes = 64;
+    cfg.batch_bytes = AT_BATCH_BYTES;
     cfg.epochs = 1;
-    cfg.num_workers = workers;
-    cfg.host_slots = 33; /* the same ring for every setting */
+    cfg.num_workers = workers; /* the default ring for each: 2W+1, or what autotune grows */
     cfg.autotune = autotune;
+    reset_peak_rss();
     if (getenv("AT_LOG")) cfg.log = at_log;
     if (pf_create(&cfg, &l) != PF_OK) die("pf_create", NULL);
     for (;;) {
@@ -436,6 +638,9 @@ static at_result run_profile(profile *p, unsigned workers, bool autotune, uint64
     r.cpu = cpu_now() - c0;
     r.settled = l->at.last_change_batch;
     r.active = l->active;
+    pf_get_stats(l, &st);
+    r.slots = st.host_slots;
+    r.rss_mib = vm_kib("VmHWM:") / 1024.0;
     pf_destroy(l);
     return r;
 }
@@ -455,8 +660,11 @@ static at_result best_of(profile *p, unsigned workers, bool autotune, uint64_t b
     r[2] = run_profile(p, workers, autotune, batches, skip);
     r[0].thr = median3(r[0].thr, r[1].thr, r[2].thr);
     r[0].cpu = median3(r[0].cpu, r[1].cpu, r[2].cpu);
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < 3; i++) { /* the worst of the three: latest settling, most memory */
         if (r[i].settled > r[0].settled) r[0].settled = r[i].settled;
+        if (r[i].slots > r[0].slots) r[0].slots = r[i].slots;
+        if (r[i].rss_mib > r[0].rss_mib) r[0].rss_mib = r[i].rss_mib;
+    }
     return r[0];
 }
 
@@ -471,12 +679,15 @@ static void bench_autotune(void) {
         at_result fixed[5], a;
         unsigned counts[5] = {1, 2, 4, 8, 16};
         double best = 0, cpu_ref = 0;
+        int mref = 4;
         char name[64], v[96], lim[64];
         for (int k = 0; k < 5; k++) {
             fixed[k] = best_of(&profiles[i], counts[k], false, batches, skip);
             if (fixed[k].thr > best) best = fixed[k].thr;
-            printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":%u,\"batches_per_s\":%.1f,\"cpu_s\":%.3f}\n",
-                   profiles[i].name, counts[k], fixed[k].thr, fixed[k].cpu);
+            printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":%u,\"batches_per_s\":%.1f,\"cpu_s\":%.3f,"
+                   "\"slots\":%u,\"slot_MiB\":%.1f,\"peak_rss_MiB\":%.1f}\n",
+                   profiles[i].name, counts[k], fixed[k].thr, fixed[k].cpu, fixed[k].slots,
+                   fixed[k].slots * (AT_BATCH_BYTES / 1048576.0), fixed[k].rss_mib);
         }
         for (int k = 0; k < 5; k++) /* the smallest setting within 5% of the best */
             if (fixed[k].thr >= 0.95 * best) {
@@ -484,9 +695,18 @@ static void bench_autotune(void) {
                 break;
             }
         a = best_of(&profiles[i], 16, true, batches, skip);
+        /* memory at equal throughput: the smallest fixed count within 5% of
+           autotune's throughput (of the best, if autotune beat them all) */
+        for (int k = 0; k < 5; k++)
+            if (fixed[k].thr >= 0.95 * (a.thr < best ? a.thr : best)) {
+                mref = k;
+                break;
+            }
         printf("{\"bench\":\"autotune\",\"profile\":\"%s\",\"workers\":\"auto\",\"settled_on\":%u,"
-               "\"settled_at_batch\":%llu,\"batches_per_s\":%.1f,\"cpu_s\":%.3f,\"vs_best\":%.3f,\"cpu_vs_ref\":%.3f}\n",
-               profiles[i].name, a.active, (unsigned long long)a.settled, a.thr, a.cpu, a.thr / best, a.cpu / cpu_ref);
+               "\"settled_at_batch\":%llu,\"batches_per_s\":%.1f,\"cpu_s\":%.3f,\"vs_best\":%.3f,\"cpu_vs_ref\":%.3f,"
+               "\"slots\":%u,\"slot_MiB\":%.1f,\"peak_rss_MiB\":%.1f,\"slots_vs_ref\":%.3f}\n",
+               profiles[i].name, a.active, (unsigned long long)a.settled, a.thr, a.cpu, a.thr / best, a.cpu / cpu_ref,
+               a.slots, a.slots * (AT_BATCH_BYTES / 1048576.0), a.rss_mib, (double)a.slots / fixed[mref].slots);
         snprintf(name, sizeof name, "autotune %s: throughput", profiles[i].name);
         snprintf(v, sizeof v, "%.0f batches/s, %u workers (auto)", a.thr, a.active);
         snprintf(lim, sizeof lim, "best fixed: %.0f/s", best);
@@ -495,6 +715,12 @@ static void bench_autotune(void) {
         snprintf(v, sizeof v, "%.3f s", a.cpu);
         snprintf(lim, sizeof lim, "smallest fixed within 5%%: %.3f s", cpu_ref);
         add_row(name, v, lim, a.cpu / cpu_ref, "<= 1.1", a.cpu / cpu_ref <= 1.1);
+        snprintf(name, sizeof name, "autotune %s: slot memory", profiles[i].name);
+        snprintf(v, sizeof v, "%u slots = %.0f MiB, peak RSS %.0f MiB", a.slots, a.slots * (AT_BATCH_BYTES / 1048576.0),
+                 a.rss_mib);
+        snprintf(lim, sizeof lim, "%u fixed: %u slots, RSS %.0f MiB", counts[mref], fixed[mref].slots,
+                 fixed[mref].rss_mib);
+        add_row(name, v, lim, (double)a.slots / fixed[mref].slots, "<= 1.25", a.slots <= 1.25 * fixed[mref].slots);
         snprintf(name, sizeof name, "autotune %s: settled", profiles[i].name);
         snprintf(v, sizeof v, "after batch %llu", (unsigned long long)a.settled);
         add_row(name, v, "", -1, "<= 300", a.settled <= 300);
@@ -621,6 +847,7 @@ int main(int argc, char **argv) {
            quick);
     if (want("copy")) bench_copy();
     if (want("handoff")) bench_handoff();
+    if (want("cheap")) bench_cheap();
     if (want("overlap")) bench_overlap();
     if (want("scaling")) bench_scaling();
     if (want("autotune")) bench_autotune();

@@ -883,7 +883,7 @@ static void test_stats_count_and_verdict(void) {
     CHECK_EQ(s.samples, 200);
     CHECK_EQ(s.bytes, 2 * (12 * t_batch_bytes(8) + t_batch_bytes(4)));
     CHECK_EQ(s.num_workers, 3);
-    CHECK_EQ(s.host_slots, 7);
+    CHECK_EQ(s.host_slots, pf_config_defaults(&cfg).host_slots); /* small batches: the ring by bytes */
     CHECK_EQ(s.epoch, 2);
     CHECK(s.load_s > 0);
     CHECK(s.elapsed_s > 0);
@@ -938,6 +938,16 @@ static void test_config_defaults_are_visible(void) {
     CHECK(d.allocator.alloc_fn != NULL && d.allocator.free_fn != NULL);
     in.num_workers = 2;
     CHECK_EQ(pf_config_defaults(&in).host_slots, 5);
+    /* small batches: more slots, up to 64 within 2 MiB; big ones 2W+1 */
+    in.batch_bytes = 4096;
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 64);
+    in.batch_bytes = 256 << 10;
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 8);
+    in.batch_bytes = 1 << 20;
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 5);
+    in.num_workers = 8;
+    in.batch_bytes = 256 << 10;
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 17);
 }
 
 static void test_allocation_failures_are_clean(void) {
@@ -1134,6 +1144,69 @@ static void test_poison_marks_bytes_past_job_bytes(void) {
     }
 }
 
+/* ---- an idle loader sleeps ---- */
+
+static double cpu_s(void) { /* every thread of the process */
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds the process uses in `ms` of wall time, after `settle_ms` in
+   which any spin before a wait (microseconds) has long ended. */
+static double cpu_over(unsigned settle_ms, unsigned ms) {
+    double c0;
+    t_sleep_us(settle_ms * 1000u);
+    c0 = cpu_s();
+    t_sleep_us(ms * 1000u);
+    return cpu_s() - c0;
+}
+
+static void *next_one(void *arg) {
+    tcons *c = (tcons *)arg;
+    pf_batch b;
+#ifdef TEST_SIM
+    CHECK(cudaSetDevice(0) == cudaSuccess); /* its kernel stand-in runs on device 0 */
+#endif
+    CHECK_EQ(t_next(c, &b), PF_OK);
+    t_release(c, &b);
+    return NULL;
+}
+
+/* Workers spin a little before they wait, and so does pf_next: once the
+   spin is over, an idle loader's threads must be asleep. Two idle states:
+   the ring is full and nobody calls pf_next (the workers wait for slots),
+   and pf_next waits for a load that is stuck (the consumer and the other
+   workers wait). The bound is generous (10% of one core): a thread that
+   kept spinning would use 100%. */
+static void test_idle_loader_uses_no_cpu(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    pthread_t th;
+    double used;
+    t_open(&t, &c, &r);
+    cfg = t_config(&t, 1000, 4, 1);
+    t.gate_epoch = 0;
+    t.gate_batch = 6;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (int i = 0; i < 6; i++) {
+        pf_batch b;
+        CHECK_EQ(t_next(&c, &b), PF_OK);
+        t_release(&c, &b);
+    }
+    used = cpu_over(50, 300);
+    CHECKF(used < 0.03, "idle (nobody calls pf_next), the process used %.1f ms of CPU in 300 ms", used * 1e3);
+    CHECK(pthread_create(&th, NULL, next_one, &c) == 0); /* waits for batch 6, stuck in load */
+    CHECK(t_gate_wait_entered(&t, 1));
+    used = cpu_over(50, 300);
+    CHECKF(used < 0.03, "pf_next waiting for a stuck load, the process used %.1f ms of CPU in 300 ms", used * 1e3);
+    t_gate_open(&t);
+    CHECK(pthread_join(th, NULL) == 0);
+    t_close(&t, &c, &r);
+}
+
 static const h_test tests[] = {
     {"empty_failure_message_is_not_misreported", test_empty_failure_message_is_not_misreported},
     {"size_check_counts_the_backends_slots", test_size_check_counts_the_backends_slots},
@@ -1169,6 +1242,7 @@ static const h_test tests[] = {
     {"worker_start_hook_once_per_worker", test_worker_start_hook_runs_once_per_worker},
     {"load_failure_is_logged", test_load_failure_is_logged},
     {"poison_marks_bytes_past_job_bytes", test_poison_marks_bytes_past_job_bytes},
+    {"idle_loader_uses_no_cpu", test_idle_loader_uses_no_cpu},
 };
 
 int main(int argc, char **argv) {

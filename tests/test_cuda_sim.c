@@ -1428,6 +1428,7 @@ static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_
     cfg.batch_bytes = g->bytes;
     cfg.epochs = 1;
     cfg.num_workers = 2;
+    cfg.host_slots = 5; /* 2W+1: a ring by bytes would hold all 48 batches at once */
     cfg.backend = PF_BACKEND_CUDA;
     cfg.timeout_ms = T_WAIT_MS;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
@@ -1880,6 +1881,7 @@ static void test_runtime_cuda_failures_surface_from_pf_next(void) {
         t_load_init(&t);
         t_begin(&c, h_seed + i);
         cfg = t_config(&t, 100, 5, 1);
+        cfg.host_slots = 7; /* 2W+1, which `most` counts on (not the ring by bytes) */
         /* armed before create: pf_create itself makes none of these calls,
            so the count starts with the pipeline's first */
         cudaSimFailNth(cases[i].fn, cases[i].nth, cudaErrorLaunchFailure, 0);

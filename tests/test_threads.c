@@ -290,8 +290,9 @@ static void test_elapsed_runs_to_the_latest_pf_next(void) {
     cfg = t_config(&t, 160, 4, 1); /* 40 batches: past the old every-16th refresh */
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     for (;;) {
-        pf_result x = t_next(&c, &b);
-        if (!t0) t0 = h_now();
+        pf_result x;
+        if (!t0) t0 = h_now(); /* before the first pf_next: its wait counts in elapsed_s */
+        x = t_next(&c, &b);
         if (x != PF_OK) {
             CHECK_EQ(x, PF_END_OF_EPOCH);
             t_last = h_now();
@@ -354,7 +355,7 @@ static void test_failed_create_ran_no_callback(void) {
 typedef struct phased {
     int slow;            /* load sleeps 2 ms (a slow store) or returns at once */
     int gate_batch;      /* >= 0: this batch waits until cancelled             */
-    int logged, grew, shrank;
+    int logged, grew, shrank, nomem;
     pthread_mutex_t mu;
 } phased;
 
@@ -375,6 +376,11 @@ static int phased_load(void *user, pf_job *job) {
 
 static void phased_log(void *user, int level, const char *msg) {
     phased *p = (phased *)user;
+    if (strstr(msg, "could not allocate")) {
+        pthread_mutex_lock(&p->mu);
+        p->nomem++;
+        pthread_mutex_unlock(&p->mu);
+    }
     if (level != PF_LOG_DEBUG || strncmp(msg, "autotune: ", 10)) return;
     pthread_mutex_lock(&p->mu);
     p->logged++;
@@ -454,6 +460,103 @@ static void test_autotune_grows_when_starved_and_shrinks_when_compute_bound(void
     pthread_mutex_destroy(&p.mu);
 }
 
+/* Memory follows what runs: with big batches the ring starts with what one
+   worker needs (2W+1 = 3 slots) and grows as workers are added, never past
+   what the most workers that ran need, nor the ceiling's ring; every batch still arrives once, in order. On the
+   simulated runtime the grown slots are pinned blocks of their own,
+   allocated on the consumer's thread and freed by destroy. */
+static void test_autotune_ring_grows_with_workers(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_stats st;
+    uint32_t peak = 0, slots = 0, asked;
+    phased_init(&p);
+    p.slow = 1;
+    t_begin(&c, h_seed);
+    c.on_host = 1;
+    cfg = phased_config(&p, &c, 240);
+    cfg.batch_bytes = (size_t)1 << 20; /* big: the ring is 2W+1, not sized by bytes */
+    cfg.host_slots = 0;                /* the default: 2 * 8 + 1 = 17 at most */
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    pf_get_stats(c.l, &st);
+    CHECK_EQ(st.workers_active, 1);
+    CHECK_EQ(st.host_slots, 3);
+    for (uint64_t k = 0; k < 240; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        pf_get_stats(c.l, &st);
+        if (st.workers_active > peak) peak = st.workers_active;
+        CHECKF(st.host_slots >= slots, "the ring shrank from %u to %u slots", slots, st.host_slots);
+        slots = st.host_slots;
+        CHECK(slots <= 17);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    CHECKF(peak >= 2, "starved for 240 batches, it ran only %u workers", peak);
+    CHECKF(slots > 3, "%u workers ran and the ring stayed at %u slots", peak, slots);
+    /* the ring it asked for (a worker may still be allocating it: under
+       TSan touching 10 MiB takes a while): a count on trial gets at least
+       a slot per worker, one held and one ready; a kept one 2W+1 */
+    pf__lock(&c.l->mu);
+    asked = c.l->grow_to > c.l->nalloc ? c.l->grow_to : c.l->nalloc;
+    pf__unlock(&c.l->mu);
+    CHECKF(asked >= peak + 2 || asked == 17, "%u workers ran with a ring of %u slots", peak, asked);
+    CHECKF(asked <= 2 * peak + 1, "at most %u workers ran, yet the ring grew to %u slots", peak, asked);
+    if (h_verbose) printf("    peak %u workers, %u slots, %u asked for\n", peak, slots, asked);
+    t_end(&c);
+    pthread_mutex_destroy(&p.mu);
+}
+
+/* The ring cannot grow (the allocator or cudaHostAlloc fails): it says so,
+   keeps its 3 slots, autotune stays within the 2 workers they keep busy,
+   and every batch still arrives once, in order. */
+static void test_autotune_ring_that_cannot_grow(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_stats st;
+    talloc a;
+    uint32_t peak = 0;
+    phased_init(&p);
+    p.slow = 1;
+    t_begin(&c, h_seed);
+    c.on_host = 1;
+    cfg = phased_config(&p, &c, 160);
+    cfg.batch_bytes = (size_t)1 << 20;
+    cfg.host_slots = 0;
+#ifdef TEST_SIM
+    t_alloc_init(&a, 0);
+    cudaSimFailNth("cudaHostAlloc", 2, cudaErrorMemoryAllocation, 0); /* the first growth */
+#else
+    t_alloc_init(&a, 3); /* bookkeeping and slots in pf_create, then the first growth */
+#endif
+    cfg.allocator.alloc_fn = t_alloc;
+    cfg.allocator.free_fn = t_free;
+    cfg.allocator.user_data = &a;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (uint64_t k = 0; k < 160; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        pf_get_stats(c.l, &st);
+        if (st.workers_active > peak) peak = st.workers_active;
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    pf_get_stats(c.l, &st);
+    CHECK_EQ(st.host_slots, 3);
+    CHECK(st.workers_active <= 2);
+    CHECKF(peak >= 2, "starved, it tried only %u workers", peak);
+    CHECK_EQ(p.nomem, 1); /* said once, then it stopped trying */
+    t_end(&c);
+#ifdef TEST_SIM
+    cudaSimClearFaults();
+#endif
+    CHECK_EQ(a.live, 0);
+    pthread_mutex_destroy(&a.mu);
+    pthread_mutex_destroy(&p.mu);
+}
+
 /* The same batches, indices and rng as a fixed single worker, while the
    count changes under it. */
 static void test_autotune_keeps_the_order(void) {
@@ -520,6 +623,8 @@ static void test_autotune_destroy_while_resizing_and_parked(void) {
 static const h_test tests[] = {
     {"autotune_grows_when_starved_and_shrinks", test_autotune_grows_when_starved_and_shrinks_when_compute_bound},
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
+    {"autotune_ring_grows_with_workers", test_autotune_ring_grows_with_workers},
+    {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
