@@ -598,7 +598,12 @@ PF_API void pf_tokens_close(pf_tokens *t);
 /* Tar shards of files, grouped like WebDataset: consecutive files with the
    same key (the path up to the first dot of its last component) are one
    sample, its parts named by the rest ("KEY.jpg" + "KEY.cls"). ustar, pax
-   (path, size) and GNU long names; indexed once at open (headers only).
+   (path, size) and GNU long names, each naming the next entry only (what
+   tar --format=posix writes); indexed once at open (headers only). As in
+   WebDataset, files whose name starts with '.' are left out, and two
+   parts of one name in a sample ("a.jpg" twice) refuse the open naming the
+   shard and the key. A shard cut after a whole entry (no end-of-archive
+   blocks) is read up to there, with a PF_LOG_WARN through cfg.log.
    Without a step a sample is its parts' bytes back to back. */
 typedef struct pf_tar_config {
     const char *const *paths;  /* the shards, in order                       */
@@ -4677,8 +4682,11 @@ static bool pf__tar_number(const unsigned char *f, size_t len, uint64_t *out) {
     return true;
 }
 
-/* pax records "LEN key=value\n": path and size override the next header. */
-static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, uint64_t *size, bool *has_size) {
+/* pax records "LEN key=value\n": path and size override the next header.
+   *has_path says whether a path record was there (an empty value, as POSIX
+   says, leaves the header's own name in force). */
+static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bool *has_path, uint64_t *size,
+                        bool *has_size) {
     size_t at = 0;
     while (at < n) {
         size_t len = 0, k = at, eq;
@@ -4693,6 +4701,7 @@ static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, ui
             if (vl >= path_cap) return false;
             memcpy(path, p + eq + 1, vl);
             path[vl] = '\0';
+            *has_path = vl > 0;
         } else if (eq - k == 4 && !memcmp(p + k, "size", 4)) {
             uint64_t v = 0;
             size_t j;
@@ -4714,9 +4723,12 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     const char *path = t->paths[shard];
     int fd = t->fds[shard];
     struct stat st;
-    uint64_t pos = 0, fsize, pax_size = 0;
-    char *name = (char *)malloc(PF__TAR_PATH), *longname = (char *)malloc(PF__TAR_PATH), *meta = NULL;
-    bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false;
+    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0;
+    /* longname: the next entry's name from a GNU long name or a pax path
+       record (has_long, has_pax_path); it and the pax size apply to the next
+       entry only, and are cleared by it */
+    char *name = (char *)malloc(PF__TAR_PATH), *longname = (char *)calloc(1, PF__TAR_PATH), *meta = NULL;
+    bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false;
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
@@ -4732,14 +4744,17 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         uint64_t size, sum, want = 0, data, next;
         unsigned type;
         size_t i;
-        if (pos == fsize) break; /* no end blocks: accepted, as tar does with a warning */
+        if (pos == fsize) break; /* no end blocks: accepted, as tar does, with a warning (below) */
         if (pos + 512 > fsize)
             PF__TAR_BAD("pf_tar_open: %s is truncated: a header at byte %llu needs 512 bytes, %llu are left", path,
                         (unsigned long long)pos, (unsigned long long)(fsize - pos));
         if (pf__pread_full(fd, h, 512, pos) != 512)
             PF__TAR_BAD("pf_tar_open: %s: cannot read the header at byte %llu", path, (unsigned long long)pos);
         for (i = 0; i < 512 && !h[i]; i++) {}
-        if (i == 512) break; /* the end-of-archive block */
+        if (i == 512) { /* the end-of-archive block */
+            ended = true;
+            break;
+        }
         for (i = 0; i < 512; i++) want += (i >= 148 && i < 156) ? (uint64_t)' ' : h[i];
         if (!pf__tar_number(h + 148, 8, &sum) || sum != want)
             PF__TAR_BAD("pf_tar_open: %s is corrupt: the header at byte %llu fails its checksum (not a tar file, or "
@@ -4767,19 +4782,28 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             if (pf__pread_full(fd, meta, (size_t)size, data) != (long long)size)
                 PF__TAR_BAD("pf_tar_open: %s: cannot read the record at byte %llu", path, (unsigned long long)pos);
             meta[size] = '\0';
+            meta_at = pos;
             if (type == 'L') {
                 size_t len = strnlen(meta, (size_t)size);
+                if (!len)
+                    PF__TAR_BAD("pf_tar_open: %s is corrupt: the GNU long name at byte %llu is empty", path,
+                                (unsigned long long)pos);
                 if (len >= PF__TAR_PATH)
                     PF__TAR_BAD("pf_tar_open: %s: the long name at byte %llu is longer than %u", path,
                                 (unsigned long long)pos, PF__TAR_PATH);
                 memcpy(longname, meta, len + 1);
                 has_long = true;
             } else {
-                if (!pf__tar_pax(meta, (size_t)size, longname, PF__TAR_PATH, &pax_size, &has_pax_size))
+                if (!pf__tar_pax(meta, (size_t)size, longname, PF__TAR_PATH, &has_pax_path, &pax_size,
+                                 &has_pax_size))
                     PF__TAR_BAD("pf_tar_open: %s is corrupt: the pax header at byte %llu is malformed", path,
                                 (unsigned long long)pos);
-                if (strlen(longname)) has_pax_path = true;
             }
+            pos = next;
+            continue;
+        }
+        if (type == 'g' || type == 'K') { /* pax globals, GNU long link names: nothing here, and the
+                                             next entry's name and size still stand */
             pos = next;
             continue;
         }
@@ -4801,9 +4825,18 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             base = base ? base + 1 : name;
             dot = strchr(base, '.');
             key_len = dot ? (size_t)(dot - name) : strlen(name);
-            if (!*base) { pos = next; continue; }
+            if (!*base || *base == '.') { pos = next; continue; } /* hidden files: WebDataset skips them too */
             same_key_run = t->nsamples && t->samples[t->nsamples - 1].shard == shard && prev_key_len == key_len &&
                            !memcmp(t->names + t->samples[t->nsamples - 1].key, name, key_len);
+            if (same_key_run) { /* two parts of one name: which one would a step get? */
+                const pf__tar_sample *s = &t->samples[t->nsamples - 1];
+                uint64_t k;
+                for (k = s->first; k < s->first + s->nparts; k++)
+                    if (!strcmp(t->names + t->parts[k].name, dot ? dot + 1 : ""))
+                        PF__TAR_BAD("pf_tar_open: %s: duplicate file name %s (entry at byte %llu): sample %.*s "
+                                    "already has a part named \"%s\"", path, name, (unsigned long long)pos,
+                                    (int)key_len, name, dot ? dot + 1 : "");
+            }
             if (!pf__grow((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
                 PF__TAR_BAD("pf_tar_open: out of memory");
             p = &t->parts[t->nparts];
@@ -4836,6 +4869,12 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         }
         pos = next;
     }
+    if (has_long || has_pax_path || has_pax_size)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: the %s header at byte %llu has no entry after it; ignored",
+                   path, has_long ? "GNU long name" : "pax", (unsigned long long)meta_at);
+    if (!ended && pos)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
+                   "after a whole entry?); its entries up to there are read", path, (unsigned long long)pos);
 done:
     free(name);
     free(longname);
@@ -4926,6 +4965,8 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         pf_tar_close(t);
         return (pf__format(why, n, "pf_tar_open: out of memory"), PF_ERR_NO_MEMORY);
     }
+    t->rd.log = cfg->log; /* the index warns through it */
+    t->rd.log_user = cfg->log_user;
     for (i = 0; i < tc->num_paths && res == PF_OK; i++) {
         t->fds[i] = -1;
         t->nshards++;
@@ -4949,7 +4990,14 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         res = pf__tar_index(t, i, why, n);
     }
     if (res == PF_OK && !t->nsamples) {
-        pf__format(why, n, "pf_tar_open: the %u shards hold no file", (unsigned)t->nshards);
+        pf__format(why, n, "pf_tar_open: the %u shards hold no file (directories, links and names starting with "
+                   "'.' are not samples)", (unsigned)t->nshards);
+        res = PF_ERR_INVALID_ARG;
+    }
+    if (res == PF_OK && !t->max_bytes && !tc->step && !cfg->batch_bytes) {
+        pf__format(why, n, "pf_tar_open: every file in the %u shards is empty (%llu samples of 0 bytes): nothing to "
+                   "read (set cfg.batch_bytes to read them anyway)", (unsigned)t->nshards,
+                   (unsigned long long)t->nsamples);
         res = PF_ERR_INVALID_ARG;
     }
     if (res == PF_OK && t->max_span > SIZE_MAX / 2) {

@@ -546,6 +546,30 @@ static void tmp_end(void) {
     CHECK(system(cmd) == 0);
 }
 
+/* a cfg.log that keeps the warnings, from whichever thread logs them */
+typedef struct logcap {
+    pthread_mutex_t mu;
+    int warns;
+    char text[8192];
+} logcap;
+static void cap_log(void *user, int level, const char *msg) {
+    logcap *c = (logcap *)user;
+    size_t at;
+    if (level != PF_LOG_WARN) return;
+    pthread_mutex_lock(&c->mu);
+    c->warns++;
+    at = strlen(c->text);
+    snprintf(c->text + at, sizeof c->text - at, "%s\n", msg);
+    pthread_mutex_unlock(&c->mu);
+}
+static void cap_begin(logcap *c, pf_config *cfg) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    cfg->log = cap_log;
+    cfg->log_user = c;
+}
+static void cap_end(logcap *c) { pthread_mutex_destroy(&c->mu); }
+
 /* ---- records: file f, record r holds bytes rec_byte(f, r, k) ---- */
 #define RB 24u
 #define RHDR 16u
@@ -1244,6 +1268,170 @@ static void test_tar_damage_never_crashes(void) {
     tmp_end();
 }
 
+/* pax "LEN key=value\n" records, appended to out */
+static void pax_add(char *out, size_t cap, const char *key, const char *value) {
+    size_t body = strlen(key) + strlen(value) + 3, len = body + 1, at = strlen(out); /* ' ', '=', '\n' */
+    char num[24];
+    while ((size_t)snprintf(num, sizeof num, "%zu", len) + body != len) len++;
+    snprintf(out + at, cap - at, "%zu %s=%s\n", len, key, value);
+}
+static void tar_meta(FILE *f, const char *name, char type, const char *data, size_t n) {
+    tar_header(f, name, n, type, NULL);
+    tar_data(f, data, n);
+}
+/* each sample's key and part names, "key:jpg,cls", in batch order */
+typedef struct tnames {
+    pthread_mutex_t mu;
+    char got[8][128];
+    uint32_t n;
+} tnames;
+static int tn_step(void *user, pf_sample *s) {
+    char line[128];
+    size_t at;
+    (void)user;
+    at = (size_t)snprintf(line, sizeof line, "%s:", s->key);
+    for (uint32_t k = 0; k < s->num_parts && at < sizeof line; k++)
+        at += (size_t)snprintf(line + at, sizeof line - at, "%s%s/%zu", k ? "," : "", s->parts[k].name,
+                               s->parts[k].bytes);
+    if (at >= sizeof line) return pf_job_fail(s->job, "names too long");
+    memcpy(s->out, line, at + 1);
+    s->out_bytes = at + 1;
+    return 0;
+}
+static void tn_check(const dsnap *d) {
+    tnames *t = (tnames *)d->user;
+    pthread_mutex_lock(&t->mu);
+    for (uint32_t i = 0; i < d->count && t->n < 8; i++)
+        snprintf(t->got[t->n++], sizeof t->got[0], "%s", (const char *)d->data + d->offsets[i]);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* what `tar --format=posix` writes: a pax header before entries holding
+   only times (the first before any name was seen). A pax path or GNU long
+   name names the next entry only; globals ('g') change nothing; hidden
+   files are no samples (WebDataset skips them); a pax header with nothing
+   after it is ignored, with a warning */
+static void test_tar_pax_and_long_names_name_one_entry(void) {
+    char path[300], rec[512];
+    const char *pp[1] = {path};
+    static const char *const want[4] = {"k0:jpg/300,cls/1", "k1:jpg/7,cls/1", "d/k2:jpg/5,cls/1", "k3:jpg/2"};
+    unsigned char big[300];
+    pf_tar_config tc;
+    pf_tar *tr = NULL;
+    pf_config cfg = d_config(0, 4, 4 * 128, 1);
+    logcap lc;
+    tnames tn;
+    tcons t;
+    FILE *f;
+    memset(big, 'A', sizeof big);
+    memset(&tn, 0, sizeof tn);
+    pthread_mutex_init(&tn.mu, NULL);
+    tmp_begin();
+    tmp_path(path, sizeof path, "posix.tar");
+    f = fopen(path, "wb");
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "mtime", "1700000000.123456789");
+    pax_add(rec, sizeof rec, "atime", "1700000001.5");
+    pax_add(rec, sizeof rec, "ctime", "1700000002.25");
+    tar_meta(f, "./PaxHeaders/k0.jpg", 'x', rec, strlen(rec));
+    tar_file(f, "k0.jpg", big, 300);
+    tar_meta(f, "./PaxHeaders/k0.cls", 'x', rec, strlen(rec));
+    tar_file(f, "k0.cls", "0", 1);
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "comment", "made by a test");
+    tar_meta(f, "GlobalHead.0", 'g', rec, strlen(rec));
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "mtime", "1");
+    pax_add(rec, sizeof rec, "path", "k1.jpg");
+    tar_meta(f, "./PaxHeaders/x", 'x', rec, strlen(rec));
+    tar_file(f, "not-this-name.jpg", big, 7);
+    tar_file(f, "k1.cls", "1", 1); /* its own name: the pax path was the previous entry's */
+    tar_file(f, ".hidden.jpg", big, 3);
+    tar_file(f, "d/._k2.jpg", big, 4); /* macOS's resource forks */
+    tar_file(f, "d/k2.jpg", big, 5);
+    tar_meta(f, "././@LongLink", 'L', "d/k2.cls", 9);
+    tar_file(f, "garbage.cls", "2", 1);
+    tar_file(f, "k3.jpg", big, 2); /* its own name again */
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "path", "zz.jpg");
+    tar_meta(f, "./PaxHeaders/zz", 'x', rec, strlen(rec)); /* dangling */
+    {
+        static const unsigned char zero[1024] = {0};
+        fwrite(zero, 1, sizeof zero, f);
+    }
+    fclose(f);
+    memset(&tc, 0, sizeof tc);
+    tc.paths = pp;
+    tc.num_paths = 1;
+    tc.step = tn_step;
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 4);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, "has no entry after it");
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, tn_check, &tn, 100), PF_END_OF_DATA);
+    t_end(&t);
+    pf_tar_close(tr);
+    CHECK_EQ(tn.n, 4);
+    for (uint32_t i = 0; i < 4 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
+    cap_end(&lc);
+    pthread_mutex_destroy(&tn.mu);
+    tmp_end();
+}
+
+/* WebDataset refuses a sample with two parts of one name; an empty GNU
+   long name is damage; an archive of empty files says so; a missing end
+   of archive is read, with a warning */
+static void test_tar_duplicates_and_odd_archives_are_named(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_tar_config tc;
+    pf_tar *tr = (pf_tar *)1;
+    pf_config cfg = d_config(0, 4, 0, 1);
+    logcap lc;
+    FILE *f;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = pp;
+    tc.num_paths = 1;
+    tmp_begin();
+    tmp_path(path, sizeof path, "odd.tar");
+    f = fopen(path, "wb");
+    tar_file(f, "a.jpg", "aaa", 3);
+    tar_file(f, "a.jpg", "AAA", 3);
+    tar_file(f, "a.cls", "1", 1);
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "duplicate file name a.jpg");
+    CHECK_CONTAINS(pf_error(NULL), path);
+    CHECK_CONTAINS(pf_error(NULL), "sample a already has a part named \"jpg\"");
+    CHECK(tr == NULL);
+    f = fopen(path, "wb");
+    tar_header(f, "././@LongLink", 0, 'L', NULL);
+    tar_file(f, "a.jpg", "a", 1);
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "the GNU long name at byte 0 is empty");
+    f = fopen(path, "wb");
+    tar_file(f, "a.jpg", "", 0);
+    tar_file(f, "b.jpg", "", 0);
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "every file in the 1 shards is empty");
+    write_tar(path, 0, 3);
+    {
+        struct stat st;
+        CHECK(stat(path, &st) == 0);
+        CHECK(truncate(path, st.st_size - 1024) == 0); /* write_tar ends with 1024 zero bytes */
+    }
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 3);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, "without the end-of-archive blocks");
+    pf_tar_close(tr);
+    cap_end(&lc);
+    tmp_end();
+}
+
 /* the caller's worker hooks run inside the reader's, with the caller's user */
 static int rs_step(void *user, pf_sample *s) {
     wcount *wc = (wcount *)user;
@@ -1319,6 +1507,8 @@ static const h_test tests[] = {
     {"tar_step_with_skips", test_tar_step_with_skips},
     {"tar_corrupt_and_truncated_are_named", test_tar_corrupt_and_truncated_are_named},
     {"tar_damage_never_crashes", test_tar_damage_never_crashes},
+    {"tar_pax_and_long_names_name_one_entry", test_tar_pax_and_long_names_name_one_entry},
+    {"tar_duplicates_and_odd_archives_are_named", test_tar_duplicates_and_odd_archives_are_named},
     {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
 };
 
