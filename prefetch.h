@@ -4553,9 +4553,10 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
                            (unsigned)tc->T), PF_ERR_INVALID_ARG);
     if (!tc->paths || !tc->num_paths)
         return (pf__format(why, n, "pf_tokens_open: no shards: set paths and num_paths"), PF_ERR_INVALID_ARG);
-    if (cfg->world_size > 1 && cfg->rank >= cfg->world_size)
-        return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u)",
-                           (unsigned)cfg->rank, (unsigned)cfg->world_size), PF_ERR_INVALID_ARG);
+    if (cfg->rank >= (cfg->world_size ? cfg->world_size : 1)) /* 0 is the default, 1 */
+        return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u%s)",
+                           (unsigned)cfg->rank, (unsigned)cfg->world_size, cfg->world_size ? "" : ", the default 1"),
+                PF_ERR_INVALID_ARG);
     t = (pf_tokens *)calloc(1, sizeof *t);
     if (t) t->sh = (pf__tok_shard *)calloc(tc->num_paths, sizeof *t->sh);
     if (!t || !t->sh) {

@@ -954,6 +954,23 @@ static void test_tokens_bad_shards_are_named(void) {
     expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cannot open shard /nonexistent/x.bin");
     expect_open_error(pf_tokens_open(NULL, &cfg, &tk), "its config is NULL");
     expect_open_error(pf_tokens_open(&tc, NULL, &tk), "cfg is NULL");
+    /* a rank past the world, whatever the world (the reader resets both, so
+       pf_create would never see it) */
+    write_tokens(path, 0, 500, 20240520, 0);
+    pp[0] = path;
+    cfg.rank = 1;
+    cfg.world_size = 1;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cfg.rank is 1: must be below cfg.world_size (1)");
+    cfg.rank = 3;
+    cfg.world_size = 0;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cfg.rank is 3: must be below cfg.world_size (0, the default 1)");
+    cfg.world_size = 2;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cfg.rank is 3: must be below cfg.world_size (2)");
+    CHECK(tk == NULL && cfg.load == NULL);
+    cfg.rank = 1;
+    CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
+    CHECK(cfg.rank == 0 && cfg.world_size == 1);
+    pf_tokens_close(tk);
     tmp_end();
 }
 
