@@ -340,9 +340,11 @@ typedef struct pf_config {
                                   on the same thread, once per worker_init: as
                                   the worker parks, stops or is destroyed      */
     pf_bad_policy bad_samples; /* [PF_BAD_STOP] a sample pf_job_skip reports    */
-    uint64_t bad_limit;        /* [0 = no limit] with SKIP or MARK: the run
-                                  stops (PF_ERR_LOAD) once more samples than
-                                  this were skipped, counted in batch order    */
+    uint64_t bad_limit;        /* [0 = no limit] with SKIP or MARK (with STOP:
+                                  PF_ERR_INVALID_ARG): the run stops
+                                  (PF_ERR_LOAD) once more samples than this
+                                  were skipped, counted in batch order and
+                                  across resumes (the token carries the count) */
     const void *bad_marker;    /* PF_BAD_MARK: the bytes that replace a bad    */
     size_t bad_marker_bytes;   /* sample (one sample's worth; kept by pointer,
                                   valid while the loader lives)               */
@@ -470,7 +472,9 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg);
    position after the last batch pf_next returned on l. Put it in your
    training checkpoint; cfg.resume = token continues from there exactly:
    the same indices, job->rng, epoch ends and end of data as a run that was
-   never stopped. In order mode the ranks step in lockstep, so one rank's
+   never stopped, and the same count of bad samples skipped so far (the
+   token's skipped=N, written when not 0), so cfg.bad_limit stops it at the
+   batch an uninterrupted run stops at and pf_stats.skipped goes on. In order mode the ranks step in lockstep, so one rank's
    token serves them all, also on another world_size (the rest of the epoch
    is spread over the new ranks, each sample once, plus the usual padding).
    Unordered, the token also lists the batches delivered past the first
@@ -1012,6 +1016,8 @@ typedef struct pf__resume {
     uint64_t *skip;          /* unordered: batches already delivered (NULL:
                                 only counted)                           */
     uint64_t skip_max;       /* the largest of them (nskip > 0)          */
+    uint64_t skipped;        /* bad samples in the batches delivered before
+                                (skipped=, 0 when absent)               */
 } pf__resume;
 
 /* The roles a thread waits in (see >>waiting). */
@@ -1155,6 +1161,9 @@ struct pf_loader {
                                     consumer has not finished lies below its first
                                     undelivered batch + ck_win (see pf__claim)  */
     uint64_t take_ended_n;       /* the n of the epoch the taker ended last     */
+    uint64_t ck_skipped;         /* bad samples in every batch pf_next returned
+                                    (since the start, the token's included): the
+                                    token's skipped=, where bad_limit resumes   */
     pf__resume rs; /* where cfg.resume says to start (the first epoch planned) */
 
     int stopping; /* read by pf_job_cancelled without the lock */
@@ -1199,7 +1208,7 @@ struct pf_loader {
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__skip_account(pf_loader *l, pf__slot *s);
-static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm);
+static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm);
 static void pf__worker_up(pf_loader *l, pf__worker *w);
 static void pf__worker_down(pf_loader *l, pf__worker *w);
 
@@ -1338,6 +1347,9 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
         PF__BAD("cfg.bad_samples is PF_BAD_MARK but cfg.bad_marker is %s and cfg.bad_marker_bytes is %llu: set "
                 "both (the bytes that replace a bad sample)", c->bad_marker ? "set" : "NULL",
                 (unsigned long long)c->bad_marker_bytes);
+    if (c->bad_limit && c->bad_samples == PF_BAD_STOP) /* the first bad sample stops it: the limit would never count */
+        PF__BAD("cfg.bad_limit is %llu but cfg.bad_samples is PF_BAD_STOP, which stops at the first bad sample: set "
+                "PF_BAD_SKIP or PF_BAD_MARK to go on up to the limit", (unsigned long long)c->bad_limit);
     if (pf__slots_overflow(c->batch_bytes, c->host_slots)) /* device_slots: once the CUDA backend is chosen */
         PF__BAD("cfg.batch_bytes is %llu: host_slots (%u) slots of it do not fit in memory",
                 (unsigned long long)c->batch_bytes, (unsigned)c->host_slots);
@@ -2989,6 +3001,10 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     if (l->ck_start != l->ck_first * l->cfg.world_size)
         pf__append(buf, size, &len, " from=%llu:%llu", (unsigned long long)(l->ck_first / l->cfg.batch_size),
                    (unsigned long long)l->ck_start);
+    /* bad samples so far (written when there were any): a resumed run goes
+       on counting from here, so cfg.bad_limit stops it where an
+       uninterrupted run stops, and pf_stats.skipped goes on */
+    if (l->ck_skipped) pf__append(buf, size, &len, " skipped=%llu", (unsigned long long)l->ck_skipped);
     if (len >= size)
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %llu bytes (with its NUL), the buffer has %llu",
                      (unsigned long long)len + 1, (unsigned long long)size);
@@ -3022,6 +3038,8 @@ typedef struct pf__token {
     bool has_from;    /* from=B:P, optional: the epoch was resumed at batch B,
                          position P on another world size         */
     uint64_t from_batch, from_pos;
+    bool has_skipped; /* skipped=N, optional: bad samples delivered so far */
+    uint64_t skipped;
 } pf__token;
 
 /* A field's text for a message: at most 20 bytes, non-printable bytes as
@@ -3071,6 +3089,15 @@ static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t
             p = end;
             continue;
         }
+        if (klen == 7 && !strncmp(p, "skipped", 7)) { /* optional: written when not 0 */
+            if (t->has_skipped) PF__RBAD("cfg.resume: malformed token: skipped appears twice");
+            t->has_skipped = true;
+            if (!pf__parse_u64(eq + 1, &e2, &t->skipped) || e2 != end)
+                PF__RBAD("cfg.resume: malformed token: skipped=%s is not a number of at most 64 bits",
+                         pf__shown(eq + 1, shown, sizeof shown));
+            p = end;
+            continue;
+        }
         for (i = 0; i < PF__K_COUNT; i++)
             if (strlen(keys[i]) == klen && !strncmp(p, keys[i], klen)) break;
         if (i == PF__K_COUNT)
@@ -3112,6 +3139,10 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     rs->has_n = t.has_n;
     rs->nskip = 0;
     rs->skip_max = 0;
+    rs->skipped = t.skipped;
+    if (c->bad_limit && t.skipped > c->bad_limit)
+        PF__RBAD("resume token has skipped=%llu bad samples already, more than cfg.bad_limit (%llu): the run it "
+                 "continues would have stopped", (unsigned long long)t.skipped, (unsigned long long)c->bad_limit);
     if (v[PF__K_SHUFFLE] > 1 || v[PF__K_DROP] > 1 || v[PF__K_UNORD] > 1)
         PF__RBAD("cfg.resume: malformed token: shuffle, drop_last and unordered are 0 or 1");
     if (v[PF__K_SEED] != c->seed)
@@ -3288,6 +3319,7 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
     l->ck_first = l->rs.batch * l->cfg.batch_size;
     l->ck_n = l->rs.n;
     l->ck_n_known = l->rs.has_n;
+    l->ck_skipped = l->st_skipped = l->rs.skipped; /* bad_limit and pf_stats.skipped go on from there */
     for (i = 0; i < l->rs.nskip; i++) l->ck_done[l->rs.skip[i] % l->ck_win] = 1;
 }
 
@@ -3703,7 +3735,8 @@ static void pf__worker_down(pf_loader *l, pf__worker *w) {
    with the same skips on every run, and a resumed run (its token counts
    batches, not samples) sees the same. The limit is applied where batches
    are taken in order (pf__skip_account), so the run stops at the same
-   batch every time. */
+   batch every time; the count goes on from the token's skipped= after a
+   resume (pf__batch_samples counts the delivered ones for it). */
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     (void)l;
     w->slot = s;
@@ -3823,7 +3856,10 @@ static void pf__skip_account(pf_loader *l, pf__slot *s) {
     }
 }
 
-static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm) {
+/* A batch is delivered (lock held): its packed offsets and bad samples,
+   which the checkpoint counts. */
+static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm) {
+    l->ck_skipped += sm->skipped;
     out->offsets = sm->packed ? sm->mem : NULL;
     out->skipped = sm->skipped;
     out->skipped_indices = sm->skipped ? sm->mem + l->cfg.batch_size + 1 : NULL;

@@ -423,16 +423,24 @@ typedef struct sk_rec {
     uint64_t epoch, batch, sum, skipped_sum;
     uint32_t count, skipped;
 } sk_rec;
+/* how a run ended: its last result, pf_stats.skipped, pf_error */
+typedef struct sk_end {
+    pf_result r;
+    uint64_t skipped;
+    char err[512];
+} sk_end;
 static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
-                     size_t token_n) {
+                     size_t token_n, uint64_t limit, sk_end *end) {
     tcons c;
     size_t n = 0;
+    pf_stats st;
     pf_config cfg = d_config(500, 8, 8 * 120, 2);
     cfg.load = p_load;
     cfg.user = (void *)p;
     cfg.shuffle = true;
     cfg.seed = 11;
     cfg.bad_samples = PF_BAD_SKIP;
+    cfg.bad_limit = limit;
     cfg.resume = resume;
     t_begin(&c, h_seed);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
@@ -441,12 +449,17 @@ static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_r
         pf_result r;
         if (n == stop_after) {
             CHECK_EQ(pf_checkpoint(c.l, token, token_n), PF_OK);
+            if (end) end->r = PF_OK;
             break;
         }
         r = pf_next(c.l, &b);
         if (r == PF_END_OF_EPOCH) continue;
         if (r != PF_OK) {
-            CHECK_EQ(r, PF_END_OF_DATA);
+            if (!limit) CHECK_EQ(r, PF_END_OF_DATA);
+            if (end) {
+                end->r = r;
+                snprintf(end->err, sizeof end->err, "%s", pf_error(c.l));
+            }
             break;
         }
         if (n < cap) {
@@ -462,6 +475,8 @@ static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_r
         n++;
         CHECK_EQ(pf_release(c.l, &b), PF_OK);
     }
+    pf_get_stats(c.l, &st);
+    if (end) end->skipped = st.skipped;
     t_end(&c);
     return n;
 }
@@ -469,17 +484,105 @@ static void test_skip_is_resume_safe(void) {
     pspec p = {PF_BAD_SKIP, 7, 2, false};
     static sk_rec a[256], b[256];
     char token[512];
-    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token), nb, skipped = 0;
+    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token, 0, NULL), nb, skipped = 0;
     for (size_t stop = 5; stop < na; stop += 37) {
-        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token);
+        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token, 0, NULL);
         CHECK_EQ(first, stop);
-        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, token, sizeof token);
+        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, token, sizeof token, 0, NULL);
         CHECK_EQ(first + nb, na);
         for (size_t i = 0; i < na && i < first + nb; i++)
             CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "stop %zu: batch %zu differs", stop, i);
     }
     for (size_t i = 0; i < na; i++) skipped += a[i].skipped;
     CHECK(skipped > 0);
+}
+
+/* the count of bad samples is part of the checkpoint: a resumed run stops
+   at the very batch (with the same message and pf_stats.skipped) an
+   uninterrupted run stops at under cfg.bad_limit */
+static void test_bad_limit_resumes_where_it_stopped(void) {
+    pspec p = {PF_BAD_SKIP, 7, 2, false};
+    static sk_rec a[256], b[256];
+    char token[512];
+    sk_end ea, e1, e2;
+    uint64_t limit = 100, before;
+    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token, limit, &ea);
+    CHECK_EQ(ea.r, PF_ERR_LOAD);
+    CHECK_CONTAINS(ea.err, "more than cfg.bad_limit (100)");
+    CHECK(na > 70 && na < 120); /* inside the second epoch: the count crosses an epoch end */
+    for (size_t stop = 1; stop < na; stop += 23) {
+        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token, limit, &e1), nb;
+        CHECK_EQ(first, stop);
+        before = 0;
+        for (size_t i = 0; i < first; i++) before += b[i].skipped;
+        if (before) {
+            char want[40];
+            snprintf(want, sizeof want, " skipped=%llu", (unsigned long long)before);
+            CHECK_CONTAINS(token, want);
+        } else {
+            CHECK(strstr(token, "skipped=") == NULL); /* written only when there were some */
+        }
+        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, NULL, 0, limit, &e2);
+        CHECKF(first + nb == na, "stop %zu: the resumed run stopped after %zu batches, the whole run after %zu", stop,
+               first + nb, na);
+        for (size_t i = 0; i < na && i < first + nb; i++)
+            CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "stop %zu: batch %zu differs", stop, i);
+        CHECK_EQ(e2.r, PF_ERR_LOAD);
+        CHECK(!strcmp(e2.err, ea.err));
+        CHECK_EQ(e2.skipped, ea.skipped);
+    }
+}
+
+/* skipped= is read as strictly as every other field; a limit that the
+   token's count is already past, or a limit STOP would never reach, is
+   named at pf_create */
+static void test_bad_limit_and_skipped_token_misuse(void) {
+    pspec p = {PF_BAD_SKIP, 7, 2, false};
+    static sk_rec b[64];
+    static const struct {
+        const char *tail;
+        uint64_t limit;
+        const char *want;
+    } cases[] = {
+        {" skipped=12x", 0, "skipped=12x is not a number"},
+        {" skipped=-1", 0, "skipped=-1 is not a number"},
+        {" skipped=", 0, "skipped= is not a number"},
+        {" skipped=99999999999999999999", 0, "skipped=99999999999999999999 is not a number of at most 64 bits"},
+        {" skipped=3 skipped=3", 0, "skipped appears twice"},
+        {" skipped=101", 100, "skipped=101 bad samples already, more than cfg.bad_limit (100)"},
+    };
+    char token[512], bad[600];
+    tcons c;
+    pf_loader *l = NULL;
+    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+    sk_run(&p, NULL, 10, b, 64, token, sizeof token, 0, NULL);
+    CHECKF(strstr(token, " skipped=") != NULL, "%s", token);
+    if (strstr(token, " skipped=")) *strstr(token, " skipped=") = '\0'; /* the cases add their own */
+    cfg.load = p_load;
+    cfg.user = (void *)&p;
+    cfg.shuffle = true;
+    cfg.seed = 11;
+    cfg.bad_samples = PF_BAD_SKIP;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(bad, sizeof bad, "%s%s", token, cases[i].tail);
+        cfg.resume = bad;
+        cfg.bad_limit = cases[i].limit;
+        CHECKF(pf_create(&cfg, &l) == PF_ERR_INVALID_ARG, "case %zu accepted", i);
+        CHECK(l == NULL);
+        CHECK_CONTAINS(pf_error(NULL), cases[i].want);
+    }
+    snprintf(bad, sizeof bad, "%s skipped=100", token); /* exactly the limit: the run goes on */
+    cfg.resume = bad;
+    cfg.bad_limit = 100;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_end(&c);
+    cfg.resume = NULL;
+    cfg.bad_samples = PF_BAD_STOP;
+    cfg.bad_limit = 5;
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(NULL), "cfg.bad_limit is 5 but cfg.bad_samples is PF_BAD_STOP");
+    CHECK(l == NULL);
 }
 
 /* misuse: each a clear PF_ERR_LOAD (or INVALID_ARG), destroyable */
@@ -1510,6 +1613,8 @@ static const h_test tests[] = {
     {"bad_limit_is_deterministic", test_bad_limit_is_deterministic},
     {"default_policy_stops_naming_the_sample", test_default_policy_stops_naming_the_sample},
     {"skip_is_resume_safe", test_skip_is_resume_safe},
+    {"bad_limit_resumes_where_it_stopped", test_bad_limit_resumes_where_it_stopped},
+    {"bad_limit_and_skipped_token_misuse", test_bad_limit_and_skipped_token_misuse},
     {"misuse_is_a_clear_load_error", test_misuse_is_a_clear_load_error},
     {"records_raw_in_order", test_records_raw_in_order},
     {"records_raw_shuffled", test_records_raw_shuffled},
