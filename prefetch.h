@@ -555,7 +555,10 @@ typedef int (*pf_step_fn)(void *user, pf_sample *s);
    record at the end is not a sample). A file list that grows: set path_fn
    instead of paths; it is asked once per epoch as planning starts (k = 0,
    1, ... until NULL) and each epoch reads the files present then; a file
-   dropped from the list is closed once no batch in flight needs it. An
+   dropped from the list is closed once no batch in flight needs it, and a
+   file replaced under the same path (written aside and renamed over it:
+   another inode) is opened anew for the epochs planned from then on, while
+   batches of earlier epochs still read the file they were planned with. An
    epoch resumed from a checkpoint reads the files listed when it resumes
    (its size is the token's: keep the files it had). */
 typedef struct pf_records_config {
@@ -4145,12 +4148,17 @@ static char *pf__strdup(const char *p) {
    keeps `keep` views in a ring by epoch: a batch of epoch e can still be
    claimed, not yet loaded, while at most host_slots + 2 later epochs are
    planned (the core's plan ring), so keep = host_slots + 3 never drops a
-   view a load may still need. Files are shared between views by path,
-   counted, and closed when no view holds them. */
+   view a load may still need. Files are shared between views by path and
+   identity (device, inode), counted, and closed when no view holds them: a
+   file replaced under its path (written aside, renamed over it) is another
+   file, opened for the views built from then on, while the older views keep
+   reading the one they were built with. */
 typedef struct pf__rec_file {
     char *path;
     int fd;
     uint32_t refs;
+    dev_t dev; /* what fd is: a path now naming another file is opened anew */
+    ino_t ino;
 } pf__rec_file;
 
 typedef struct pf__rec_view {
@@ -4192,14 +4200,17 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
     v->used = false;
 }
 
-/* The file at path, opened once (refs counted by the caller). NULL, and
-   why, when it cannot be opened. */
+/* The file at path, opened once while path names it (refs counted by the
+   caller). NULL, and why, when it cannot be opened. */
 static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
     uint32_t i;
     pf__rec_file *f;
+    struct stat st;
     int fd;
-    for (i = 0; i < r->ncache; i++)
-        if (strcmp(r->cache[i]->path, path) == 0) return r->cache[i];
+    if (stat(path, &st) == 0) /* else the open below says why */
+        for (i = 0; i < r->ncache; i++)
+            if (r->cache[i]->dev == st.st_dev && r->cache[i]->ino == st.st_ino && strcmp(r->cache[i]->path, path) == 0)
+                return r->cache[i];
     if (r->ncache == r->cache_cap) {
         pf__format(why, n, "too many files open at once (%u) to open %s", (unsigned)r->cache_cap, path);
         return NULL;
@@ -4214,6 +4225,11 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         pf__format(why, n, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
+    if (fstat(fd, &st) != 0) { /* what was opened, should path have changed since the stat */
+        pf__format(why, n, "cannot stat %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
     f = (pf__rec_file *)calloc(1, sizeof *f);
     if (f) f->path = pf__strdup(path);
     if (!f || !f->path) {
@@ -4223,6 +4239,8 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         return NULL;
     }
     f->fd = fd;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
     r->cache[r->ncache++] = f;
     return f;
 }

@@ -925,6 +925,59 @@ static void test_records_growing_list_resumes(void) {
     tmp_end();
 }
 
+/* a file replaced under its path (written aside, renamed over it) is read
+   from the next epoch planned; epochs planned before read the old one, also
+   while the new one is there (their batches may still be loading) */
+static char same_path[300], same_tmp[300];
+static const char *same_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    if (k) return NULL;
+    if (epoch == 2) { /* asked as epoch 2 is planned: 0 and 1 were planned with the old file */
+        write_records(same_tmp, 1, 13, 0);
+        CHECK(rename(same_tmp, same_path) == 0);
+    }
+    return same_path;
+}
+static void test_records_file_replaced_under_its_path(void) {
+    gctx g;
+    tcons t;
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = d_config(0, 4, 0, 4);
+    memset(&g, 0, sizeof g);
+    tmp_begin();
+    tmp_path(same_path, sizeof same_path, "same.bin");
+    tmp_path(same_tmp, sizeof same_tmp, "same.tmp");
+    write_records(same_path, 0, 20, 0);
+    for (uint32_t e = 0; e < 4; e++) {
+        rctx *c = &g.per_epoch[e];
+        pthread_mutex_init(&c->mu, NULL);
+        c->nfiles = 1;
+        c->id[0] = e < 2 ? 0 : 1;
+        c->per[0] = e < 2 ? 20 : 13;
+    }
+    memset(&rc, 0, sizeof rc);
+    rc.path_fn = same_path_fn;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    cfg.shuffle = true;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
+    t_end(&t);
+    pf_records_close(rd);
+    for (uint32_t e = 0; e < 4; e++) {
+        rctx *c = &g.per_epoch[e];
+        CHECKF(c->bad == 0, "epoch %u: %llu records wrong", e, (unsigned long long)c->bad);
+        CHECKF(c->samples == c->per[0], "epoch %u: %llu records, want %llu", e, (unsigned long long)c->samples,
+               (unsigned long long)c->per[0]);
+        for (uint64_t i = 0; i < c->per[0]; i++) CHECK_EQ(c->seen[i], 1);
+        pthread_mutex_destroy(&c->mu);
+    }
+    tmp_end();
+}
+
 /* ---- llm.c token shards, against llm.c's loader written plainly ---- */
 static uint16_t tok_at(int shard, uint64_t pos) { return (uint16_t)(((uint64_t)shard * 1000003u + pos * 2654435761u) >> 7); }
 static void write_tokens(const char *path, int id, uint64_t ntok, int32_t magic, long long cut) {
@@ -1622,6 +1675,7 @@ static const h_test tests[] = {
     {"records_direct", test_records_direct},
     {"records_growing_file_list", test_records_growing_file_list},
     {"records_growing_list_resumes", test_records_growing_list_resumes},
+    {"records_file_replaced_under_its_path", test_records_file_replaced_under_its_path},
     {"records_bad_input_is_named", test_records_bad_input_is_named},
     {"tokens_match_llmc", test_tokens_match_llmc},
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
