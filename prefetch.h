@@ -560,7 +560,13 @@ typedef int (*pf_step_fn)(void *user, pf_sample *s);
    another inode) is opened anew for the epochs planned from then on, while
    batches of earlier epochs still read the file they were planned with. An
    epoch resumed from a checkpoint reads the files listed when it resumes
-   (its size is the token's: keep the files it had). */
+   (its size is the token's: keep the files it had). A listed file that
+   cannot be opened, or is shorter than header_bytes, is left out with a
+   PF_LOG_WARN naming it and the epoch. An epoch with no record at all
+   (path_fn listed no file, none that opened, or none holding a whole
+   record) is an error, not an empty epoch: pf_next returns PF_ERR_LOAD
+   when it reaches that epoch, after every batch before it, saying "path_fn
+   listed no readable file for epoch E" (or that the files hold no record). */
 typedef struct pf_records_config {
     const char *const *paths;  /* the files, in order ...                    */
     uint32_t num_paths;
@@ -4164,7 +4170,7 @@ typedef struct pf__rec_file {
 typedef struct pf__rec_view {
     uint64_t epoch;
     bool used;
-    uint32_t n;
+    uint32_t n, listed; /* files in it; files the list named */
     pf__rec_file **files;
     uint64_t *first; /* n + 1: sample index of each file's first record, then the total */
 } pf__rec_view;
@@ -4251,7 +4257,7 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
 static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, bool strict, char *why, size_t n) {
     uint32_t k;
     v->epoch = epoch;
-    v->n = 0;
+    v->n = v->listed = 0;
     v->used = true;
     v->first[0] = 0;
     for (k = 0;; k++) {
@@ -4260,6 +4266,7 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
         struct stat st;
         uint64_t size;
         if (!path) break;
+        v->listed = k + 1;
         if (k >= r->c.max_files) {
             pf__format(why, n, "pf_records: the file list of epoch %llu has more than max_files (%u) files",
                        (unsigned long long)epoch, (unsigned)r->c.max_files);
@@ -4290,6 +4297,26 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
     return PF_OK;
 }
 
+/* Why a view has no record, for the load that fails on it (see below). */
+static void pf__rec_empty_why(const pf_records *r, const pf__rec_view *v, char *dst, size_t size) {
+    if (!v->listed)
+        pf__format(dst, size, "pf_records: path_fn listed no readable file for epoch %llu (it listed none)",
+                   (unsigned long long)v->epoch);
+    else if (!v->n)
+        pf__format(dst, size, "pf_records: path_fn listed no readable file for epoch %llu (%u listed, none opened: "
+                   "see the warnings)", (unsigned long long)v->epoch, (unsigned)v->listed);
+    else
+        pf__format(dst, size, "pf_records: the %u files path_fn listed for epoch %llu hold no record of %llu bytes "
+                   "(after header_bytes %llu)", (unsigned)v->n, (unsigned long long)v->epoch,
+                   (unsigned long long)r->c.record_bytes, (unsigned long long)r->c.header_bytes);
+}
+
+/* Samples an epoch without a record claims: at least one batch on every
+   rank of any config, so its first batch reaches a load, which fails
+   naming the epoch (an empty epoch instead would end at once, and with
+   epochs = 0 a loop would spin on PF_END_OF_EPOCH for ever). */
+#define PF__REC_EMPTY ((uint64_t)PF__MAX_BATCH_SIZE * PF__MAX_WORLD)
+
 /* cfg.num_samples_fn for a growing list: this epoch's view. */
 static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf_records *r = (pf_records *)user;
@@ -4300,8 +4327,11 @@ static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf__rec_view_clear(r, v);
     pf__rec_build(r, v, epoch, false, why, sizeof why);
     total = v->first[v->n];
+    if (!total) pf__rec_empty_why(r, v, why, sizeof why);
     pf__unlock(&r->mu);
-    return total;
+    if (total) return total;
+    pf__rd_log(&r->rd, PF_LOG_WARN, "%s: pf_next fails (PF_ERR_LOAD) at that epoch", why);
+    return PF__REC_EMPTY;
 }
 
 static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last file whose first <= x */
@@ -4339,9 +4369,11 @@ static int pf__rec_load(void *user, pf_job *job) {
     bool direct = r->direct;
     uint32_t i = 0;
     if (!ws) return -1;
-    if (!v->n)
-        return pf_job_fail(job, "pf_records: no file for epoch %llu (path_fn listed none that opened)",
-                           (unsigned long long)job->epoch);
+    if (!v->first[v->n]) {
+        char why[PF__MSG_SIZE];
+        pf__rec_empty_why(r, v, why, sizeof why);
+        return pf_job_fail(job, "%s", why);
+    }
     while (i < job->count) {
         uint64_t x = job->indices[i], rec, off;
         uint32_t f = pf__rec_find(v, x), run = 1, k;

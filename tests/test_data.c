@@ -978,6 +978,70 @@ static void test_records_file_replaced_under_its_path(void) {
     tmp_end();
 }
 
+/* an epoch path_fn lists no readable file for is an error naming it, after
+   every batch before it, not an empty epoch (with epochs = 0 a loop spun
+   on PF_END_OF_EPOCH for ever); a file that does not open is a warning */
+static int empty_mode;
+static const char *empty_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    if (epoch == 2 && empty_mode == 0) return NULL;                                 /* lists nothing */
+    if (epoch == 2 && empty_mode == 1) return k ? NULL : "/nonexistent/pf-e2.bin";  /* none opens */
+    if (epoch == 2 && empty_mode == 2) return k ? NULL : grow_paths[1];            /* no whole record */
+    if (epoch == 0 && empty_mode == 3) return NULL;
+    return k ? NULL : grow_paths[0];
+}
+static void test_records_epoch_without_files_is_an_error(void) {
+    static const char *const want[4] = {"path_fn listed no readable file for epoch 2 (it listed none)",
+                                        "path_fn listed no readable file for epoch 2 (1 listed, none opened",
+                                        "the 1 files path_fn listed for epoch 2 hold no record of 24 bytes",
+                                        "path_fn listed no readable file for epoch 0"};
+    tmp_begin();
+    tmp_path(grow_paths[0], sizeof grow_paths[0], "e0.bin");
+    tmp_path(grow_paths[1], sizeof grow_paths[1], "e1.bin");
+    write_records(grow_paths[0], 0, 20, 0);
+    write_records(grow_paths[1], 1, 0, RB - 1);
+    for (empty_mode = 0; empty_mode < 4; empty_mode++) {
+        tcons t;
+        logcap lc;
+        pf_records *rd = NULL;
+        pf_records_config rc;
+        pf_config cfg = d_config(0, 4, 0, 0); /* epochs = 0: until destroyed */
+        size_t batches = 0, ends = 0;
+        pf_result r = PF_OK;
+        memset(&rc, 0, sizeof rc);
+        rc.path_fn = empty_path_fn;
+        rc.record_bytes = RB;
+        rc.header_bytes = RHDR;
+        cfg.shuffle = true;
+        cfg.drop_last = true;
+        cap_begin(&lc, &cfg);
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        t_begin(&t, h_seed);
+        CHECK_EQ(t_create(&t, &cfg), PF_OK);
+        for (int i = 0; i < 200; i++) { /* bounded: an endless run of empty epochs is the bug */
+            pf_batch b;
+            r = pf_next(t.l, &b);
+            if (r == PF_END_OF_EPOCH) {
+                ends++;
+                continue;
+            }
+            if (r != PF_OK) break;
+            batches++;
+            CHECK_EQ(pf_release(t.l, &b), PF_OK);
+        }
+        CHECKF(r == PF_ERR_LOAD, "mode %d: %s", empty_mode, pf_result_string(r));
+        CHECK_CONTAINS(pf_error(t.l), want[empty_mode]);
+        CHECK_EQ(batches, empty_mode == 3 ? 0 : 10); /* epochs 0 and 1 whole: 5 batches each */
+        CHECK_EQ(ends, empty_mode == 3 ? 0 : 2);
+        t_end(&t);
+        pf_records_close(rd);
+        CHECK_CONTAINS(lc.text, empty_mode == 3 ? "epoch 0" : "epoch 2");
+        if (empty_mode == 1) CHECK_CONTAINS(lc.text, "cannot open /nonexistent/pf-e2.bin");
+        cap_end(&lc);
+    }
+    tmp_end();
+}
+
 /* ---- llm.c token shards, against llm.c's loader written plainly ---- */
 static uint16_t tok_at(int shard, uint64_t pos) { return (uint16_t)(((uint64_t)shard * 1000003u + pos * 2654435761u) >> 7); }
 static void write_tokens(const char *path, int id, uint64_t ntok, int32_t magic, long long cut) {
@@ -1676,6 +1740,7 @@ static const h_test tests[] = {
     {"records_growing_file_list", test_records_growing_file_list},
     {"records_growing_list_resumes", test_records_growing_list_resumes},
     {"records_file_replaced_under_its_path", test_records_file_replaced_under_its_path},
+    {"records_epoch_without_files_is_an_error", test_records_epoch_without_files_is_an_error},
     {"records_bad_input_is_named", test_records_bad_input_is_named},
     {"tokens_match_llmc", test_tokens_match_llmc},
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
