@@ -552,7 +552,8 @@ typedef int (*pf_step_fn)(void *user, pf_sample *s);
 
 /* Fixed-size records in one or many files. Sample k is the k-th record of
    the files in order (each file: header_bytes, then records; a partial
-   record at the end is not a sample). A file list that grows: set path_fn
+   record at the end is not a sample, and is logged, PF_LOG_WARN, once per
+   file). A file list that grows: set path_fn
    instead of paths; it is asked once per epoch as planning starts (k = 0,
    1, ... until NULL) and each epoch reads the files present then; a file
    dropped from the list is closed once no batch in flight needs it, and a
@@ -4165,6 +4166,7 @@ typedef struct pf__rec_file {
     uint32_t refs;
     dev_t dev; /* what fd is: a path now naming another file is opened anew */
     ino_t ino;
+    bool warned; /* its partial last record was logged (once per file) */
 } pf__rec_file;
 
 typedef struct pf__rec_view {
@@ -4290,6 +4292,13 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
             continue;
         }
         size = (uint64_t)st.st_size - r->c.header_bytes;
+        if (size % r->c.record_bytes && !f->warned) { /* a file cut short, or the wrong record_bytes? */
+            f->warned = true;
+            pf__rd_log(&r->rd, PF_LOG_WARN, "pf_records: %s: %llu bytes after header_bytes (%llu) are not a whole "
+                       "number of records of %llu bytes: the last %llu bytes are left out", path,
+                       (unsigned long long)size, (unsigned long long)r->c.header_bytes,
+                       (unsigned long long)r->c.record_bytes, (unsigned long long)(size % r->c.record_bytes));
+        }
         v->files[v->n] = f;
         v->first[v->n + 1] = v->first[v->n] + size / r->c.record_bytes;
         v->n++;

@@ -649,6 +649,12 @@ static void tmp_end(void) {
     CHECK(system(cmd) == 0);
 }
 
+static uint64_t d_stats_samples(const pf_loader *l) {
+    pf_stats st;
+    pf_get_stats(l, &st);
+    return st.samples;
+}
+
 /* a cfg.log that keeps the warnings, from whichever thread logs them */
 typedef struct logcap {
     pthread_mutex_t mu;
@@ -1037,6 +1043,50 @@ static void test_records_epoch_without_files_is_an_error(void) {
         pf_records_close(rd);
         CHECK_CONTAINS(lc.text, empty_mode == 3 ? "epoch 0" : "epoch 2");
         if (empty_mode == 1) CHECK_CONTAINS(lc.text, "cannot open /nonexistent/pf-e2.bin");
+        cap_end(&lc);
+    }
+    tmp_end();
+}
+
+/* a file whose size is not header + k records: its partial record is left
+   out and logged once, naming the file and the bytes, also when a growing
+   list names it every epoch */
+static const char *tail_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    (void)epoch;
+    return k < 2 ? grow_paths[k] : NULL;
+}
+static void test_records_partial_record_warns_once(void) {
+    char want[600];
+    tmp_begin();
+    tmp_path(grow_paths[0], sizeof grow_paths[0], "whole.bin");
+    tmp_path(grow_paths[1], sizeof grow_paths[1], "cut.bin");
+    write_records(grow_paths[0], 0, 10, 0);
+    write_records(grow_paths[1], 1, 7, 5);
+    snprintf(want, sizeof want, "pf_records: %s: 173 bytes after header_bytes (16) are not a whole number of records "
+             "of 24 bytes: the last 5 bytes are left out", grow_paths[1]);
+    for (int growing = 0; growing < 2; growing++) {
+        const char *pp[2] = {grow_paths[0], grow_paths[1]};
+        tcons t;
+        logcap lc;
+        pf_records *rd = NULL;
+        pf_records_config rc;
+        pf_config cfg = d_config(0, 4, 0, 3);
+        memset(&rc, 0, sizeof rc);
+        if (growing) rc.path_fn = tail_path_fn;
+        else rc.paths = pp, rc.num_paths = 2;
+        rc.record_bytes = RB;
+        rc.header_bytes = RHDR;
+        cap_begin(&lc, &cfg);
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        t_begin(&t, h_seed);
+        CHECK_EQ(t_create(&t, &cfg), PF_OK);
+        CHECK_EQ(d_drain(&t, NULL, NULL, 1000), PF_END_OF_DATA);
+        CHECK_EQ(d_stats_samples(t.l), 3 * 17);
+        t_end(&t);
+        pf_records_close(rd);
+        CHECKF(lc.warns == 1, "%s list: %d warnings: %s", growing ? "growing" : "static", lc.warns, lc.text);
+        CHECK_CONTAINS(lc.text, want);
         cap_end(&lc);
     }
     tmp_end();
@@ -1741,6 +1791,7 @@ static const h_test tests[] = {
     {"records_growing_list_resumes", test_records_growing_list_resumes},
     {"records_file_replaced_under_its_path", test_records_file_replaced_under_its_path},
     {"records_epoch_without_files_is_an_error", test_records_epoch_without_files_is_an_error},
+    {"records_partial_record_warns_once", test_records_partial_record_warns_once},
     {"records_bad_input_is_named", test_records_bad_input_is_named},
     {"tokens_match_llmc", test_tokens_match_llmc},
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
