@@ -519,7 +519,9 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF
 
    Each reader fills the pf_config it is given (load, user, num_samples or
    num_samples_fn, and batch_bytes when it is 0) and owns what it opened
-   until its close, which goes after pf_destroy. Set cfg.worker_init and
+   until its close, which goes after pf_destroy. Set cfg.batch_size before
+   the open: with cfg.batch_bytes 0 the open sizes the slots from it
+   (batch_size samples; 0 is refused then). Set cfg.worker_init and
    cfg.worker_stop (and cfg.user for them) before the open: the reader keeps
    them and runs them as you would expect. Every batch is packed (offsets);
    each sample is either the raw bytes, or what your step writes from them:
@@ -538,12 +540,19 @@ typedef struct pf_sample {     /* one sample, for your step                  */
     uint64_t index;            /* its sample index                           */
     uint32_t i;                /* its place in job->indices                  */
     const char *key;           /* tar: the sample's key; else NULL           */
-    const void *data;          /* its bytes (tar: the first part's)          */
+    const void *data;          /* its bytes (tar: the first part's); they and
+                                  parts are valid only during the step (a
+                                  per-worker buffer, reused): copy to keep   */
     size_t bytes;
     const pf_part *parts;      /* tar: every part, in archive order          */
     uint32_t num_parts;
-    void *out;                 /* where to write the sample into the slot    */
-    size_t out_capacity;       /* the room left there                        */
+    void *out;                 /* where to write the sample into the slot:
+                                  packed right after the previous sample, so
+                                  aligned only as far as every earlier
+                                  out_bytes is a multiple of the alignment
+                                  (the slot itself starts 256-aligned)       */
+    size_t out_capacity;       /* the rest of the slot (cfg.batch_bytes less
+                                  the samples before), not one sample's share */
     size_t out_bytes;          /* set it to what you wrote [sample_bytes]    */
     pf_job *job;               /* rng, worker_state (yours), skip and fail   */
 } pf_sample;
@@ -4054,7 +4063,12 @@ static pf_result pf__rd_attach(pf__rd *rd, pf_config *cfg, pf_load_fn load, size
     rd->log = cfg->log;
     rd->log_user = cfg->log_user;
     if (!cfg->batch_bytes) {
-        uint32_t bs = cfg->batch_size ? cfg->batch_size : 1;
+        uint32_t bs = cfg->batch_size;
+        if (!bs) /* sized for one sample, every batch but a 1-sample one would fail at its load */
+            return (pf__format(pf__create_error, sizeof pf__create_error,
+                               "%s_open: cfg.batch_size is 0: set it before the open, which sizes the slots "
+                               "(cfg.batch_bytes = batch_size samples), or set cfg.batch_bytes yourself", who),
+                    PF_ERR_INVALID_ARG);
         if (!sample)
             return (pf__format(pf__create_error, sizeof pf__create_error,
                                "%s_open: cfg.batch_bytes is 0 and samples have no fixed size: set cfg.batch_bytes "

@@ -1271,6 +1271,13 @@ static void test_records_bad_input_is_named(void) {
     cfg.num_samples = 5;
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "the reader counts the samples");
     cfg.num_samples = 0;
+    cfg.batch_size = 0; /* set after the open, the slots would hold one sample */
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "cfg.batch_size is 0: set it before the open");
+    CHECK(cfg.load == NULL && cfg.batch_bytes == 0);
+    cfg.batch_bytes = 10 * RB; /* sized by the caller: batch_size may come later */
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    pf_records_close(rd);
+    cfg = d_config(0, 4, 0, 1);
     pp[0] = "/nonexistent/r.bin";
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "cannot open /nonexistent/r.bin");
     CHECK(cfg.load == NULL && cfg.user == NULL);
