@@ -4117,7 +4117,14 @@ static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
                         (unsigned)smp->i, (unsigned long long)smp->index);
         return -1;
     }
-    if (w->nskip != nskip) return 0;
+    if (w->nskip != nskip) { /* skipped: its own sample only, or the batch would carry one sample's bytes as another's */
+        const uint64_t *bad = w->slot->sm.mem + w->owner->cfg.batch_size + 1;
+        if (w->nskip != nskip + 1 || bad[nskip] != smp->i)
+            return pf_job_fail(job, "the step for sample %u (index %llu) skipped sample %u: a step skips only its "
+                               "own sample, pf_job_skip(s->job, s->i, ...)", (unsigned)smp->i,
+                               (unsigned long long)smp->index, (unsigned)bad[w->nskip - 1]);
+        return 0;
+    }
     if (smp->out_bytes > smp->out_capacity)
         return pf_job_fail(job, "the step says it wrote %llu bytes for sample %u (index %llu), more than the %llu "
                            "left in the slot (cfg.batch_bytes)", (unsigned long long)smp->out_bytes,

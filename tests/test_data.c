@@ -1048,6 +1048,43 @@ static void test_records_epoch_without_files_is_an_error(void) {
     tmp_end();
 }
 
+/* a step that skips another sample than its own would leave its own
+   bytes in the batch under the other's index: a clear load error */
+static int other_skip_step(void *user, pf_sample *s) {
+    (void)user;
+    if (s->i == 2) return pf_job_skip(s->job, s->i + 1, "the next one");
+    memcpy(s->out, s->data, s->bytes);
+    s->out_bytes = s->bytes;
+    return 0;
+}
+static void test_reader_step_skips_only_its_own_sample(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_records_config rc;
+    pf_records *rd = NULL;
+    pf_config cfg = d_config(0, 5, 0, 1);
+    tcons t;
+    pf_batch b;
+    tmp_begin();
+    tmp_path(path, sizeof path, "o.bin");
+    write_records(path, 0, 10, 0);
+    memset(&rc, 0, sizeof rc);
+    rc.paths = pp;
+    rc.num_paths = 1;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    rc.step = other_skip_step;
+    cfg.bad_samples = PF_BAD_SKIP;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(pf_next(t.l, &b), PF_ERR_LOAD);
+    CHECK_CONTAINS(pf_error(t.l), "the step for sample 2 (index 2) skipped sample 3: a step skips only its own sample");
+    t_end(&t);
+    pf_records_close(rd);
+    tmp_end();
+}
+
 /* a file whose size is not header + k records: its partial record is left
    out and logged once, naming the file and the bytes, also when a growing
    list names it every epoch */
@@ -1799,6 +1836,7 @@ static const h_test tests[] = {
     {"records_file_replaced_under_its_path", test_records_file_replaced_under_its_path},
     {"records_epoch_without_files_is_an_error", test_records_epoch_without_files_is_an_error},
     {"records_partial_record_warns_once", test_records_partial_record_warns_once},
+    {"reader_step_skips_only_its_own_sample", test_reader_step_skips_only_its_own_sample},
     {"records_bad_input_is_named", test_records_bad_input_is_named},
     {"tokens_match_llmc", test_tokens_match_llmc},
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
