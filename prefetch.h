@@ -474,9 +474,10 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg);
    the same indices, job->rng, epoch ends and end of data as a run that was
    never stopped, and the same count of bad samples skipped so far (the
    token's skipped=N, written when not 0), so cfg.bad_limit stops it at the
-   batch an uninterrupted run stops at and pf_stats.skipped goes on. In order mode the ranks step in lockstep, so one rank's
-   token serves them all, also on another world_size (the rest of the epoch
-   is spread over the new ranks, each sample once, plus the usual padding).
+   batch an uninterrupted run stops at and pf_stats.skipped goes on. In
+   order mode the ranks step in lockstep, so one rank's token serves them
+   all, also on another world_size (the rest of the epoch is spread over
+   the new ranks, each sample once, plus the usual padding).
    Unordered, the token also lists the batches delivered past the first
    missing one, and resuming needs the same world_size and rank. A buffer
    too small is PF_ERR_INVALID_ARG, pf_error saying the size needed.
@@ -562,9 +563,9 @@ typedef int (*pf_step_fn)(void *user, pf_sample *s);
 /* Fixed-size records in one or many files. Sample k is the k-th record of
    the files in order (each file: header_bytes, then records; a partial
    record at the end is not a sample, and is logged, PF_LOG_WARN, once per
-   file). A file list that grows: set path_fn
-   instead of paths; it is asked once per epoch as planning starts (k = 0,
-   1, ... until NULL) and each epoch reads the files present then; a file
+   file). A file list that grows: set path_fn instead of paths; it is
+   asked once per epoch as planning starts (k = 0, 1, ... until NULL) and
+   each epoch reads the files present then; a file
    dropped from the list is closed once no batch in flight needs it, and a
    file replaced under the same path (written aside and renamed over it:
    another inode) is opened anew for the epochs planned from then on, while
@@ -4117,7 +4118,7 @@ static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
                         (unsigned)smp->i, (unsigned long long)smp->index);
         return -1;
     }
-    if (w->nskip != nskip) { /* skipped: its own sample only, or the batch would carry one sample's bytes as another's */
+    if (w->nskip != nskip) { /* its own sample only: else one sample's bytes would go as another's */
         const uint64_t *bad = w->slot->sm.mem + w->owner->cfg.batch_size + 1;
         if (w->nskip != nskip + 1 || bad[nskip] != smp->i)
             return pf_job_fail(job, "the step for sample %u (index %llu) skipped sample %u: a step skips only its "
