@@ -368,9 +368,11 @@ typedef struct pf_config {
                                   on the same thread, once per worker_init: as
                                   the worker parks, stops or is destroyed      */
     pf_bad_policy bad_samples; /* [PF_BAD_STOP] a sample pf_job_skip reports    */
-    uint64_t bad_limit;        /* [0 = no limit] with SKIP or MARK: the run
-                                  stops (PF_ERR_LOAD) once more samples than
-                                  this were skipped, counted in batch order    */
+    uint64_t bad_limit;        /* [0 = no limit] with SKIP or MARK (with STOP:
+                                  PF_ERR_INVALID_ARG): the run stops
+                                  (PF_ERR_LOAD) once more samples than this
+                                  were skipped, counted in batch order and
+                                  across resumes (the token carries the count) */
     const void *bad_marker;    /* PF_BAD_MARK: the bytes that replace a bad    */
     size_t bad_marker_bytes;   /* sample (one sample's worth; kept by pointer,
                                   valid while the loader lives)               */
@@ -503,9 +505,12 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg);
    position after the last batch pf_next returned on l. Put it in your
    training checkpoint; cfg.resume = token continues from there exactly:
    the same indices, job->rng, epoch ends and end of data as a run that was
-   never stopped. In order mode the ranks step in lockstep, so one rank's
-   token serves them all, also on another world_size (the rest of the epoch
-   is spread over the new ranks, each sample once, plus the usual padding).
+   never stopped, and the same count of bad samples skipped so far (the
+   token's skipped=N, written when not 0), so cfg.bad_limit stops it at the
+   batch an uninterrupted run stops at and pf_stats.skipped goes on. In
+   order mode the ranks step in lockstep, so one rank's token serves them
+   all, also on another world_size (the rest of the epoch is spread over
+   the new ranks, each sample once, plus the usual padding).
    Unordered, the token also lists the batches delivered past the first
    missing one, and resuming needs the same world_size and rank. A buffer
    too small is PF_ERR_INVALID_ARG, pf_error saying the size needed.
@@ -548,7 +553,9 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF
 
    Each reader fills the pf_config it is given (load, user, num_samples or
    num_samples_fn, and batch_bytes when it is 0) and owns what it opened
-   until its close, which goes after pf_destroy. Set cfg.worker_init and
+   until its close, which goes after pf_destroy. Set cfg.batch_size before
+   the open: with cfg.batch_bytes 0 the open sizes the slots from it
+   (batch_size samples; 0 is refused then). Set cfg.worker_init and
    cfg.worker_stop (and cfg.user for them) before the open: the reader keeps
    them and runs them as you would expect. Every batch is packed (offsets);
    each sample is either the raw bytes, or what your step writes from them:
@@ -567,12 +574,19 @@ typedef struct pf_sample {     /* one sample, for your step                  */
     uint64_t index;            /* its sample index                           */
     uint32_t i;                /* its place in job->indices                  */
     const char *key;           /* tar: the sample's key; else NULL           */
-    const void *data;          /* its bytes (tar: the first part's)          */
+    const void *data;          /* its bytes (tar: the first part's); they and
+                                  parts are valid only during the step (a
+                                  per-worker buffer, reused): copy to keep   */
     size_t bytes;
     const pf_part *parts;      /* tar: every part, in archive order          */
     uint32_t num_parts;
-    void *out;                 /* where to write the sample into the slot    */
-    size_t out_capacity;       /* the room left there                        */
+    void *out;                 /* where to write the sample into the slot:
+                                  packed right after the previous sample, so
+                                  aligned only as far as every earlier
+                                  out_bytes is a multiple of the alignment
+                                  (the slot itself starts 256-aligned)       */
+    size_t out_capacity;       /* the rest of the slot (cfg.batch_bytes less
+                                  the samples before), not one sample's share */
     size_t out_bytes;          /* set it to what you wrote [sample_bytes]    */
     pf_job *job;               /* rng, worker_state (yours), skip and fail   */
 } pf_sample;
@@ -581,12 +595,22 @@ typedef int (*pf_step_fn)(void *user, pf_sample *s);
 
 /* Fixed-size records in one or many files. Sample k is the k-th record of
    the files in order (each file: header_bytes, then records; a partial
-   record at the end is not a sample). A file list that grows: set path_fn
-   instead of paths; it is asked once per epoch as planning starts (k = 0,
-   1, ... until NULL) and each epoch reads the files present then; a file
-   dropped from the list is closed once no batch in flight needs it. An
+   record at the end is not a sample, and is logged, PF_LOG_WARN, once per
+   file). A file list that grows: set path_fn instead of paths; it is
+   asked once per epoch as planning starts (k = 0, 1, ... until NULL) and
+   each epoch reads the files present then; a file
+   dropped from the list is closed once no batch in flight needs it, and a
+   file replaced under the same path (written aside and renamed over it:
+   another inode) is opened anew for the epochs planned from then on, while
+   batches of earlier epochs still read the file they were planned with. An
    epoch resumed from a checkpoint reads the files listed when it resumes
-   (its size is the token's: keep the files it had). */
+   (its size is the token's: keep the files it had). A listed file that
+   cannot be opened, or is shorter than header_bytes, is left out with a
+   PF_LOG_WARN naming it and the epoch. An epoch with no record at all
+   (path_fn listed no file, none that opened, or none holding a whole
+   record) is an error, not an empty epoch: pf_next returns PF_ERR_LOAD
+   when it reaches that epoch, after every batch before it, saying "path_fn
+   listed no readable file for epoch E" (or that the files hold no record). */
 typedef struct pf_records_config {
     const char *const *paths;  /* the files, in order ...                    */
     uint32_t num_paths;
@@ -631,7 +655,12 @@ PF_API void pf_tokens_close(pf_tokens *t);
 /* Tar shards of files, grouped like WebDataset: consecutive files with the
    same key (the path up to the first dot of its last component) are one
    sample, its parts named by the rest ("KEY.jpg" + "KEY.cls"). ustar, pax
-   (path, size) and GNU long names; indexed once at open (headers only).
+   (path, size) and GNU long names, each naming the next entry only (what
+   tar --format=posix writes); indexed once at open (headers only). As in
+   WebDataset, files whose name starts with '.' are left out, and two
+   parts of one name in a sample ("a.jpg" twice) refuse the open naming the
+   shard and the key. A shard cut after a whole entry (no end-of-archive
+   blocks) is read up to there, with a PF_LOG_WARN through cfg.log.
    Without a step a sample is its parts' bytes back to back. */
 typedef struct pf_tar_config {
     const char *const *paths;  /* the shards, in order                       */
@@ -1086,6 +1115,8 @@ typedef struct pf__resume {
     uint64_t *skip;          /* unordered: batches already delivered (NULL:
                                 only counted)                           */
     uint64_t skip_max;       /* the largest of them (nskip > 0)          */
+    uint64_t skipped;        /* bad samples in the batches delivered before
+                                (skipped=, 0 when absent)               */
 } pf__resume;
 
 /* The roles a thread waits in (see >>waiting). */
@@ -1266,6 +1297,9 @@ struct pf_loader {
                                     consumer has not finished lies below its first
                                     undelivered batch + ck_win (see pf__claim)  */
     uint64_t take_ended_n;       /* the n of the epoch the taker ended last     */
+    uint64_t ck_skipped;         /* bad samples in every batch pf_next returned
+                                    (since the start, the token's included): the
+                                    token's skipped=, where bad_limit resumes   */
     pf__resume rs; /* where cfg.resume says to start (the first epoch planned) */
 
     int stopping; /* read by pf_job_cancelled without the lock */
@@ -1311,7 +1345,7 @@ struct pf_loader {
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__skip_account(pf_loader *l, pf__slot *s);
-static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm);
+static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm);
 static void pf__worker_up(pf_loader *l, pf__worker *w);
 static void pf__worker_down(pf_loader *l, pf__worker *w);
 
@@ -1467,6 +1501,9 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
         PF__BAD("cfg.bad_samples is PF_BAD_MARK but cfg.bad_marker is %s and cfg.bad_marker_bytes is %llu: set "
                 "both (the bytes that replace a bad sample)", c->bad_marker ? "set" : "NULL",
                 (unsigned long long)c->bad_marker_bytes);
+    if (c->bad_limit && c->bad_samples == PF_BAD_STOP) /* the first bad sample stops it: the limit would never count */
+        PF__BAD("cfg.bad_limit is %llu but cfg.bad_samples is PF_BAD_STOP, which stops at the first bad sample: set "
+                "PF_BAD_SKIP or PF_BAD_MARK to go on up to the limit", (unsigned long long)c->bad_limit);
     if (pf__slots_overflow(c->batch_bytes, c->host_slots)) /* device_slots: once the CUDA backend is chosen */
         PF__BAD("cfg.batch_bytes is %llu: host_slots (%u) slots of it do not fit in memory",
                 (unsigned long long)c->batch_bytes, (unsigned)c->host_slots);
@@ -3443,6 +3480,10 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     if (l->ck_start != l->ck_first * l->cfg.world_size)
         pf__append(buf, size, &len, " from=%llu:%llu", (unsigned long long)(l->ck_first / l->cfg.batch_size),
                    (unsigned long long)l->ck_start);
+    /* bad samples so far (written when there were any): a resumed run goes
+       on counting from here, so cfg.bad_limit stops it where an
+       uninterrupted run stops, and pf_stats.skipped goes on */
+    if (l->ck_skipped) pf__append(buf, size, &len, " skipped=%llu", (unsigned long long)l->ck_skipped);
     if (len >= size)
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %llu bytes (with its NUL), the buffer has %llu",
                      (unsigned long long)len + 1, (unsigned long long)size);
@@ -3476,6 +3517,8 @@ typedef struct pf__token {
     bool has_from;    /* from=B:P, optional: the epoch was resumed at batch B,
                          position P on another world size         */
     uint64_t from_batch, from_pos;
+    bool has_skipped; /* skipped=N, optional: bad samples delivered so far */
+    uint64_t skipped;
 } pf__token;
 
 /* A field's text for a message: at most 20 bytes, non-printable bytes as
@@ -3525,6 +3568,15 @@ static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t
             p = end;
             continue;
         }
+        if (klen == 7 && !strncmp(p, "skipped", 7)) { /* optional: written when not 0 */
+            if (t->has_skipped) PF__RBAD("cfg.resume: malformed token: skipped appears twice");
+            t->has_skipped = true;
+            if (!pf__parse_u64(eq + 1, &e2, &t->skipped) || e2 != end)
+                PF__RBAD("cfg.resume: malformed token: skipped=%s is not a number of at most 64 bits",
+                         pf__shown(eq + 1, shown, sizeof shown));
+            p = end;
+            continue;
+        }
         for (i = 0; i < PF__K_COUNT; i++)
             if (strlen(keys[i]) == klen && !strncmp(p, keys[i], klen)) break;
         if (i == PF__K_COUNT)
@@ -3566,6 +3618,10 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     rs->has_n = t.has_n;
     rs->nskip = 0;
     rs->skip_max = 0;
+    rs->skipped = t.skipped;
+    if (c->bad_limit && t.skipped > c->bad_limit)
+        PF__RBAD("resume token has skipped=%llu bad samples already, more than cfg.bad_limit (%llu): the run it "
+                 "continues would have stopped", (unsigned long long)t.skipped, (unsigned long long)c->bad_limit);
     if (v[PF__K_SHUFFLE] > 1 || v[PF__K_DROP] > 1 || v[PF__K_UNORD] > 1)
         PF__RBAD("cfg.resume: malformed token: shuffle, drop_last and unordered are 0 or 1");
     if (v[PF__K_SEED] != c->seed)
@@ -3742,6 +3798,7 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
     l->ck_first = l->rs.batch * l->cfg.batch_size;
     l->ck_n = l->rs.n;
     l->ck_n_known = l->rs.has_n;
+    l->ck_skipped = l->st_skipped = l->rs.skipped; /* bad_limit and pf_stats.skipped go on from there */
     for (i = 0; i < l->rs.nskip; i++) l->ck_done[l->rs.skip[i] % l->ck_win] = 1;
 }
 
@@ -4206,7 +4263,8 @@ static void pf__worker_down(pf_loader *l, pf__worker *w) {
    with the same skips on every run, and a resumed run (its token counts
    batches, not samples) sees the same. The limit is applied where batches
    are taken in order (pf__skip_account), so the run stops at the same
-   batch every time. */
+   batch every time; the count goes on from the token's skipped= after a
+   resume (pf__batch_samples counts the delivered ones for it). */
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     (void)l;
     w->slot = s;
@@ -4326,7 +4384,10 @@ static void pf__skip_account(pf_loader *l, pf__slot *s) {
     }
 }
 
-static void pf__batch_samples(const pf_loader *l, pf_batch *out, const pf__samples *sm) {
+/* A batch is delivered (lock held): its packed offsets and bad samples,
+   which the checkpoint counts. */
+static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm) {
+    l->ck_skipped += sm->skipped;
     out->offsets = sm->packed ? sm->mem : NULL;
     out->skipped = sm->skipped;
     out->skipped_indices = sm->skipped ? sm->mem + l->cfg.batch_size + 1 : NULL;
@@ -4511,7 +4572,12 @@ static pf_result pf__rd_attach(pf__rd *rd, pf_config *cfg, pf_load_fn load, size
     rd->log = cfg->log;
     rd->log_user = cfg->log_user;
     if (!cfg->batch_bytes) {
-        uint32_t bs = cfg->batch_size ? cfg->batch_size : 1;
+        uint32_t bs = cfg->batch_size;
+        if (!bs) /* sized for one sample, every batch but a 1-sample one would fail at its load */
+            return (pf__format(pf__create_error, sizeof pf__create_error,
+                               "%s_open: cfg.batch_size is 0: set it before the open, which sizes the slots "
+                               "(cfg.batch_bytes = batch_size samples), or set cfg.batch_bytes yourself", who),
+                    PF_ERR_INVALID_ARG);
         if (!sample)
             return (pf__format(pf__create_error, sizeof pf__create_error,
                                "%s_open: cfg.batch_bytes is 0 and samples have no fixed size: set cfg.batch_bytes "
@@ -4560,7 +4626,14 @@ static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
                         (unsigned)smp->i, (unsigned long long)smp->index);
         return -1;
     }
-    if (w->nskip != nskip) return 0;
+    if (w->nskip != nskip) { /* its own sample only: else one sample's bytes would go as another's */
+        const uint64_t *bad = w->slot->sm.mem + w->owner->cfg.batch_size + 1;
+        if (w->nskip != nskip + 1 || bad[nskip] != smp->i)
+            return pf_job_fail(job, "the step for sample %u (index %llu) skipped sample %u: a step skips only its "
+                               "own sample, pf_job_skip(s->job, s->i, ...)", (unsigned)smp->i,
+                               (unsigned long long)smp->index, (unsigned)bad[w->nskip - 1]);
+        return 0;
+    }
     if (smp->out_bytes > smp->out_capacity)
         return pf_job_fail(job, "the step says it wrote %llu bytes for sample %u (index %llu), more than the %llu "
                            "left in the slot (cfg.batch_bytes)", (unsigned long long)smp->out_bytes,
@@ -4612,18 +4685,24 @@ static char *pf__strdup(const char *p) {
    keeps `keep` views in a ring by epoch: a batch of epoch e can still be
    claimed, not yet loaded, while at most host_slots + 2 later epochs are
    planned (the core's plan ring), so keep = host_slots + 3 never drops a
-   view a load may still need. Files are shared between views by path,
-   counted, and closed when no view holds them. */
+   view a load may still need. Files are shared between views by path and
+   identity (device, inode), counted, and closed when no view holds them: a
+   file replaced under its path (written aside, renamed over it) is another
+   file, opened for the views built from then on, while the older views keep
+   reading the one they were built with. */
 typedef struct pf__rec_file {
     char *path;
     int fd;
     uint32_t refs;
+    dev_t dev; /* what fd is: a path now naming another file is opened anew */
+    ino_t ino;
+    bool warned; /* its partial last record was logged (once per file) */
 } pf__rec_file;
 
 typedef struct pf__rec_view {
     uint64_t epoch;
     bool used;
-    uint32_t n;
+    uint32_t n, listed; /* files in it; files the list named */
     pf__rec_file **files;
     uint64_t *first; /* n + 1: sample index of each file's first record, then the total */
 } pf__rec_view;
@@ -4659,14 +4738,17 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
     v->used = false;
 }
 
-/* The file at path, opened once (refs counted by the caller). NULL, and
-   why, when it cannot be opened. */
+/* The file at path, opened once while path names it (refs counted by the
+   caller). NULL, and why, when it cannot be opened. */
 static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
     uint32_t i;
     pf__rec_file *f;
+    struct stat st;
     int fd;
-    for (i = 0; i < r->ncache; i++)
-        if (strcmp(r->cache[i]->path, path) == 0) return r->cache[i];
+    if (stat(path, &st) == 0) /* else the open below says why */
+        for (i = 0; i < r->ncache; i++)
+            if (r->cache[i]->dev == st.st_dev && r->cache[i]->ino == st.st_ino && strcmp(r->cache[i]->path, path) == 0)
+                return r->cache[i];
     if (r->ncache == r->cache_cap) {
         pf__format(why, n, "too many files open at once (%u) to open %s", (unsigned)r->cache_cap, path);
         return NULL;
@@ -4681,6 +4763,11 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         pf__format(why, n, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
+    if (fstat(fd, &st) != 0) { /* what was opened, should path have changed since the stat */
+        pf__format(why, n, "cannot stat %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
     f = (pf__rec_file *)calloc(1, sizeof *f);
     if (f) f->path = pf__strdup(path);
     if (!f || !f->path) {
@@ -4690,6 +4777,8 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         return NULL;
     }
     f->fd = fd;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
     r->cache[r->ncache++] = f;
     return f;
 }
@@ -4700,7 +4789,7 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
 static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, bool strict, char *why, size_t n) {
     uint32_t k;
     v->epoch = epoch;
-    v->n = 0;
+    v->n = v->listed = 0;
     v->used = true;
     v->first[0] = 0;
     for (k = 0;; k++) {
@@ -4709,6 +4798,7 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
         struct stat st;
         uint64_t size;
         if (!path) break;
+        v->listed = k + 1;
         if (k >= r->c.max_files) {
             pf__format(why, n, "pf_records: the file list of epoch %llu has more than max_files (%u) files",
                        (unsigned long long)epoch, (unsigned)r->c.max_files);
@@ -4732,12 +4822,39 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
             continue;
         }
         size = (uint64_t)st.st_size - r->c.header_bytes;
+        if (size % r->c.record_bytes && !f->warned) { /* a file cut short, or the wrong record_bytes? */
+            f->warned = true;
+            pf__rd_log(&r->rd, PF_LOG_WARN, "pf_records: %s: %llu bytes after header_bytes (%llu) are not a whole "
+                       "number of records of %llu bytes: the last %llu bytes are left out", path,
+                       (unsigned long long)size, (unsigned long long)r->c.header_bytes,
+                       (unsigned long long)r->c.record_bytes, (unsigned long long)(size % r->c.record_bytes));
+        }
         v->files[v->n] = f;
         v->first[v->n + 1] = v->first[v->n] + size / r->c.record_bytes;
         v->n++;
     }
     return PF_OK;
 }
+
+/* Why a view has no record, for the load that fails on it (see below). */
+static void pf__rec_empty_why(const pf_records *r, const pf__rec_view *v, char *dst, size_t size) {
+    if (!v->listed)
+        pf__format(dst, size, "pf_records: path_fn listed no readable file for epoch %llu (it listed none)",
+                   (unsigned long long)v->epoch);
+    else if (!v->n)
+        pf__format(dst, size, "pf_records: path_fn listed no readable file for epoch %llu (%u listed, none opened: "
+                   "see the warnings)", (unsigned long long)v->epoch, (unsigned)v->listed);
+    else
+        pf__format(dst, size, "pf_records: the %u files path_fn listed for epoch %llu hold no record of %llu bytes "
+                   "(after header_bytes %llu)", (unsigned)v->n, (unsigned long long)v->epoch,
+                   (unsigned long long)r->c.record_bytes, (unsigned long long)r->c.header_bytes);
+}
+
+/* Samples an epoch without a record claims: at least one batch on every
+   rank of any config, so its first batch reaches a load, which fails
+   naming the epoch (an empty epoch instead would end at once, and with
+   epochs = 0 a loop would spin on PF_END_OF_EPOCH for ever). */
+#define PF__REC_EMPTY ((uint64_t)PF__MAX_BATCH_SIZE * PF__MAX_WORLD)
 
 /* cfg.num_samples_fn for a growing list: this epoch's view. */
 static uint64_t pf__rec_count(void *user, uint64_t epoch) {
@@ -4749,8 +4866,11 @@ static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf__rec_view_clear(r, v);
     pf__rec_build(r, v, epoch, false, why, sizeof why);
     total = v->first[v->n];
+    if (!total) pf__rec_empty_why(r, v, why, sizeof why);
     pf__unlock(&r->mu);
-    return total;
+    if (total) return total;
+    pf__rd_log(&r->rd, PF_LOG_WARN, "%s: pf_next fails (PF_ERR_LOAD) at that epoch", why);
+    return PF__REC_EMPTY;
 }
 
 static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last file whose first <= x */
@@ -4788,9 +4908,11 @@ static int pf__rec_load(void *user, pf_job *job) {
     bool direct = r->direct;
     uint32_t i = 0;
     if (!ws) return -1;
-    if (!v->n)
-        return pf_job_fail(job, "pf_records: no file for epoch %llu (path_fn listed none that opened)",
-                           (unsigned long long)job->epoch);
+    if (!v->first[v->n]) {
+        char why[PF__MSG_SIZE];
+        pf__rec_empty_why(r, v, why, sizeof why);
+        return pf_job_fail(job, "%s", why);
+    }
     while (i < job->count) {
         uint64_t x = job->indices[i], rec, off;
         uint32_t f = pf__rec_find(v, x), run = 1, k;
@@ -5056,9 +5178,10 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
                            (unsigned)tc->T), PF_ERR_INVALID_ARG);
     if (!tc->paths || !tc->num_paths)
         return (pf__format(why, n, "pf_tokens_open: no shards: set paths and num_paths"), PF_ERR_INVALID_ARG);
-    if (cfg->world_size > 1 && cfg->rank >= cfg->world_size)
-        return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u)",
-                           (unsigned)cfg->rank, (unsigned)cfg->world_size), PF_ERR_INVALID_ARG);
+    if (cfg->rank >= (cfg->world_size ? cfg->world_size : 1)) /* 0 is the default, 1 */
+        return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u%s)",
+                           (unsigned)cfg->rank, (unsigned)cfg->world_size, cfg->world_size ? "" : ", the default 1"),
+                PF_ERR_INVALID_ARG);
     t = (pf_tokens *)calloc(1, sizeof *t);
     if (t) t->sh = (pf__tok_shard *)calloc(tc->num_paths, sizeof *t->sh);
     if (!t || !t->sh) {
@@ -5185,8 +5308,11 @@ static bool pf__tar_number(const unsigned char *f, size_t len, uint64_t *out) {
     return true;
 }
 
-/* pax records "LEN key=value\n": path and size override the next header. */
-static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, uint64_t *size, bool *has_size) {
+/* pax records "LEN key=value\n": path and size override the next header.
+   *has_path says whether a path record was there (an empty value, as POSIX
+   says, leaves the header's own name in force). */
+static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bool *has_path, uint64_t *size,
+                        bool *has_size) {
     size_t at = 0;
     while (at < n) {
         size_t len = 0, k = at, eq;
@@ -5201,6 +5327,7 @@ static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, ui
             if (vl >= path_cap) return false;
             memcpy(path, p + eq + 1, vl);
             path[vl] = '\0';
+            *has_path = vl > 0;
         } else if (eq - k == 4 && !memcmp(p + k, "size", 4)) {
             uint64_t v = 0;
             size_t j;
@@ -5222,9 +5349,12 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     const char *path = t->paths[shard];
     int fd = t->fds[shard];
     struct stat st;
-    uint64_t pos = 0, fsize, pax_size = 0;
-    char *name = (char *)malloc(PF__TAR_PATH), *longname = (char *)malloc(PF__TAR_PATH), *meta = NULL;
-    bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false;
+    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0;
+    /* longname: the next entry's name from a GNU long name or a pax path
+       record (has_long, has_pax_path); it and the pax size apply to the next
+       entry only, and are cleared by it */
+    char *name = (char *)malloc(PF__TAR_PATH), *longname = (char *)calloc(1, PF__TAR_PATH), *meta = NULL;
+    bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false;
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
@@ -5240,14 +5370,17 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         uint64_t size, sum, want = 0, data, next;
         unsigned type;
         size_t i;
-        if (pos == fsize) break; /* no end blocks: accepted, as tar does with a warning */
+        if (pos == fsize) break; /* no end blocks: accepted, as tar does, with a warning (below) */
         if (pos + 512 > fsize)
             PF__TAR_BAD("pf_tar_open: %s is truncated: a header at byte %llu needs 512 bytes, %llu are left", path,
                         (unsigned long long)pos, (unsigned long long)(fsize - pos));
         if (pf__pread_full(fd, h, 512, pos) != 512)
             PF__TAR_BAD("pf_tar_open: %s: cannot read the header at byte %llu", path, (unsigned long long)pos);
         for (i = 0; i < 512 && !h[i]; i++) {}
-        if (i == 512) break; /* the end-of-archive block */
+        if (i == 512) { /* the end-of-archive block */
+            ended = true;
+            break;
+        }
         for (i = 0; i < 512; i++) want += (i >= 148 && i < 156) ? (uint64_t)' ' : h[i];
         if (!pf__tar_number(h + 148, 8, &sum) || sum != want)
             PF__TAR_BAD("pf_tar_open: %s is corrupt: the header at byte %llu fails its checksum (not a tar file, or "
@@ -5275,19 +5408,28 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             if (pf__pread_full(fd, meta, (size_t)size, data) != (long long)size)
                 PF__TAR_BAD("pf_tar_open: %s: cannot read the record at byte %llu", path, (unsigned long long)pos);
             meta[size] = '\0';
+            meta_at = pos;
             if (type == 'L') {
                 size_t len = strnlen(meta, (size_t)size);
+                if (!len)
+                    PF__TAR_BAD("pf_tar_open: %s is corrupt: the GNU long name at byte %llu is empty", path,
+                                (unsigned long long)pos);
                 if (len >= PF__TAR_PATH)
                     PF__TAR_BAD("pf_tar_open: %s: the long name at byte %llu is longer than %u", path,
                                 (unsigned long long)pos, PF__TAR_PATH);
                 memcpy(longname, meta, len + 1);
                 has_long = true;
             } else {
-                if (!pf__tar_pax(meta, (size_t)size, longname, PF__TAR_PATH, &pax_size, &has_pax_size))
+                if (!pf__tar_pax(meta, (size_t)size, longname, PF__TAR_PATH, &has_pax_path, &pax_size,
+                                 &has_pax_size))
                     PF__TAR_BAD("pf_tar_open: %s is corrupt: the pax header at byte %llu is malformed", path,
                                 (unsigned long long)pos);
-                if (strlen(longname)) has_pax_path = true;
             }
+            pos = next;
+            continue;
+        }
+        if (type == 'g' || type == 'K') { /* pax globals, GNU long link names: nothing here, and the
+                                             next entry's name and size still stand */
             pos = next;
             continue;
         }
@@ -5309,9 +5451,18 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             base = base ? base + 1 : name;
             dot = strchr(base, '.');
             key_len = dot ? (size_t)(dot - name) : strlen(name);
-            if (!*base) { pos = next; continue; }
+            if (!*base || *base == '.') { pos = next; continue; } /* hidden files: WebDataset skips them too */
             same_key_run = t->nsamples && t->samples[t->nsamples - 1].shard == shard && prev_key_len == key_len &&
                            !memcmp(t->names + t->samples[t->nsamples - 1].key, name, key_len);
+            if (same_key_run) { /* two parts of one name: which one would a step get? */
+                const pf__tar_sample *s = &t->samples[t->nsamples - 1];
+                uint64_t k;
+                for (k = s->first; k < s->first + s->nparts; k++)
+                    if (!strcmp(t->names + t->parts[k].name, dot ? dot + 1 : ""))
+                        PF__TAR_BAD("pf_tar_open: %s: duplicate file name %s (entry at byte %llu): sample %.*s "
+                                    "already has a part named \"%s\"", path, name, (unsigned long long)pos,
+                                    (int)key_len, name, dot ? dot + 1 : "");
+            }
             if (!pf__grow_array((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
                 PF__TAR_BAD("pf_tar_open: out of memory");
             p = &t->parts[t->nparts];
@@ -5344,6 +5495,12 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         }
         pos = next;
     }
+    if (has_long || has_pax_path || has_pax_size)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: the %s header at byte %llu has no entry after it; ignored",
+                   path, has_long ? "GNU long name" : "pax", (unsigned long long)meta_at);
+    if (!ended && pos)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
+                   "after a whole entry?); its entries up to there are read", path, (unsigned long long)pos);
 done:
     free(name);
     free(longname);
@@ -5434,6 +5591,8 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         pf_tar_close(t);
         return (pf__format(why, n, "pf_tar_open: out of memory"), PF_ERR_NO_MEMORY);
     }
+    t->rd.log = cfg->log; /* the index warns through it */
+    t->rd.log_user = cfg->log_user;
     for (i = 0; i < tc->num_paths && res == PF_OK; i++) {
         t->fds[i] = -1;
         t->nshards++;
@@ -5457,7 +5616,14 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         res = pf__tar_index(t, i, why, n);
     }
     if (res == PF_OK && !t->nsamples) {
-        pf__format(why, n, "pf_tar_open: the %u shards hold no file", (unsigned)t->nshards);
+        pf__format(why, n, "pf_tar_open: the %u shards hold no file (directories, links and names starting with "
+                   "'.' are not samples)", (unsigned)t->nshards);
+        res = PF_ERR_INVALID_ARG;
+    }
+    if (res == PF_OK && !t->max_bytes && !tc->step && !cfg->batch_bytes) {
+        pf__format(why, n, "pf_tar_open: every file in the %u shards is empty (%llu samples of 0 bytes): nothing to "
+                   "read (set cfg.batch_bytes to read them anyway)", (unsigned)t->nshards,
+                   (unsigned long long)t->nsamples);
         res = PF_ERR_INVALID_ARG;
     }
     if (res == PF_OK && t->max_span > SIZE_MAX / 2) {

@@ -423,16 +423,24 @@ typedef struct sk_rec {
     uint64_t epoch, batch, sum, skipped_sum;
     uint32_t count, skipped;
 } sk_rec;
+/* how a run ended: its last result, pf_stats.skipped, pf_error */
+typedef struct sk_end {
+    pf_result r;
+    uint64_t skipped;
+    char err[512];
+} sk_end;
 static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
-                     size_t token_n) {
+                     size_t token_n, uint64_t limit, sk_end *end) {
     tcons c;
     size_t n = 0;
+    pf_stats st;
     pf_config cfg = d_config(500, 8, 8 * 120, 2);
     cfg.load = p_load;
     cfg.user = (void *)p;
     cfg.shuffle = true;
     cfg.seed = 11;
     cfg.bad_samples = PF_BAD_SKIP;
+    cfg.bad_limit = limit;
     cfg.resume = resume;
     t_begin(&c, h_seed);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
@@ -441,12 +449,17 @@ static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_r
         pf_result r;
         if (n == stop_after) {
             CHECK_EQ(pf_checkpoint(c.l, token, token_n), PF_OK);
+            if (end) end->r = PF_OK;
             break;
         }
         r = pf_next(c.l, &b);
         if (r == PF_END_OF_EPOCH) continue;
         if (r != PF_OK) {
-            CHECK_EQ(r, PF_END_OF_DATA);
+            if (!limit) CHECK_EQ(r, PF_END_OF_DATA);
+            if (end) {
+                end->r = r;
+                snprintf(end->err, sizeof end->err, "%s", pf_error(c.l));
+            }
             break;
         }
         if (n < cap) {
@@ -462,6 +475,8 @@ static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_r
         n++;
         CHECK_EQ(pf_release(c.l, &b), PF_OK);
     }
+    pf_get_stats(c.l, &st);
+    if (end) end->skipped = st.skipped;
     t_end(&c);
     return n;
 }
@@ -469,17 +484,105 @@ static void test_skip_is_resume_safe(void) {
     pspec p = {PF_BAD_SKIP, 7, 2, false};
     static sk_rec a[256], b[256];
     char token[512];
-    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token), nb, skipped = 0;
+    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token, 0, NULL), nb, skipped = 0;
     for (size_t stop = 5; stop < na; stop += 37) {
-        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token);
+        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token, 0, NULL);
         CHECK_EQ(first, stop);
-        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, token, sizeof token);
+        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, token, sizeof token, 0, NULL);
         CHECK_EQ(first + nb, na);
         for (size_t i = 0; i < na && i < first + nb; i++)
             CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "stop %zu: batch %zu differs", stop, i);
     }
     for (size_t i = 0; i < na; i++) skipped += a[i].skipped;
     CHECK(skipped > 0);
+}
+
+/* the count of bad samples is part of the checkpoint: a resumed run stops
+   at the very batch (with the same message and pf_stats.skipped) an
+   uninterrupted run stops at under cfg.bad_limit */
+static void test_bad_limit_resumes_where_it_stopped(void) {
+    pspec p = {PF_BAD_SKIP, 7, 2, false};
+    static sk_rec a[256], b[256];
+    char token[512];
+    sk_end ea, e1, e2;
+    uint64_t limit = 100, before;
+    size_t na = sk_run(&p, NULL, (size_t)-1, a, 256, token, sizeof token, limit, &ea);
+    CHECK_EQ(ea.r, PF_ERR_LOAD);
+    CHECK_CONTAINS(ea.err, "more than cfg.bad_limit (100)");
+    CHECK(na > 70 && na < 120); /* inside the second epoch: the count crosses an epoch end */
+    for (size_t stop = 1; stop < na; stop += 23) {
+        size_t first = sk_run(&p, NULL, stop, b, 256, token, sizeof token, limit, &e1), nb;
+        CHECK_EQ(first, stop);
+        before = 0;
+        for (size_t i = 0; i < first; i++) before += b[i].skipped;
+        if (before) {
+            char want[40];
+            snprintf(want, sizeof want, " skipped=%llu", (unsigned long long)before);
+            CHECK_CONTAINS(token, want);
+        } else {
+            CHECK(strstr(token, "skipped=") == NULL); /* written only when there were some */
+        }
+        nb = sk_run(&p, token, (size_t)-1, b + first, 256 - first, NULL, 0, limit, &e2);
+        CHECKF(first + nb == na, "stop %zu: the resumed run stopped after %zu batches, the whole run after %zu", stop,
+               first + nb, na);
+        for (size_t i = 0; i < na && i < first + nb; i++)
+            CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "stop %zu: batch %zu differs", stop, i);
+        CHECK_EQ(e2.r, PF_ERR_LOAD);
+        CHECK(!strcmp(e2.err, ea.err));
+        CHECK_EQ(e2.skipped, ea.skipped);
+    }
+}
+
+/* skipped= is read as strictly as every other field; a limit that the
+   token's count is already past, or a limit STOP would never reach, is
+   named at pf_create */
+static void test_bad_limit_and_skipped_token_misuse(void) {
+    pspec p = {PF_BAD_SKIP, 7, 2, false};
+    static sk_rec b[64];
+    static const struct {
+        const char *tail;
+        uint64_t limit;
+        const char *want;
+    } cases[] = {
+        {" skipped=12x", 0, "skipped=12x is not a number"},
+        {" skipped=-1", 0, "skipped=-1 is not a number"},
+        {" skipped=", 0, "skipped= is not a number"},
+        {" skipped=99999999999999999999", 0, "skipped=99999999999999999999 is not a number of at most 64 bits"},
+        {" skipped=3 skipped=3", 0, "skipped appears twice"},
+        {" skipped=101", 100, "skipped=101 bad samples already, more than cfg.bad_limit (100)"},
+    };
+    char token[512], bad[600];
+    tcons c;
+    pf_loader *l = NULL;
+    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+    sk_run(&p, NULL, 10, b, 64, token, sizeof token, 0, NULL);
+    CHECKF(strstr(token, " skipped=") != NULL, "%s", token);
+    if (strstr(token, " skipped=")) *strstr(token, " skipped=") = '\0'; /* the cases add their own */
+    cfg.load = p_load;
+    cfg.user = (void *)&p;
+    cfg.shuffle = true;
+    cfg.seed = 11;
+    cfg.bad_samples = PF_BAD_SKIP;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(bad, sizeof bad, "%s%s", token, cases[i].tail);
+        cfg.resume = bad;
+        cfg.bad_limit = cases[i].limit;
+        CHECKF(pf_create(&cfg, &l) == PF_ERR_INVALID_ARG, "case %zu accepted", i);
+        CHECK(l == NULL);
+        CHECK_CONTAINS(pf_error(NULL), cases[i].want);
+    }
+    snprintf(bad, sizeof bad, "%s skipped=100", token); /* exactly the limit: the run goes on */
+    cfg.resume = bad;
+    cfg.bad_limit = 100;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_end(&c);
+    cfg.resume = NULL;
+    cfg.bad_samples = PF_BAD_STOP;
+    cfg.bad_limit = 5;
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(NULL), "cfg.bad_limit is 5 but cfg.bad_samples is PF_BAD_STOP");
+    CHECK(l == NULL);
 }
 
 /* misuse: each a clear PF_ERR_LOAD (or INVALID_ARG), destroyable */
@@ -545,6 +648,36 @@ static void tmp_end(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);
 }
+
+static uint64_t d_stats_samples(const pf_loader *l) {
+    pf_stats st;
+    pf_get_stats(l, &st);
+    return st.samples;
+}
+
+/* a cfg.log that keeps the warnings, from whichever thread logs them */
+typedef struct logcap {
+    pthread_mutex_t mu;
+    int warns;
+    char text[8192];
+} logcap;
+static void cap_log(void *user, int level, const char *msg) {
+    logcap *c = (logcap *)user;
+    size_t at;
+    if (level != PF_LOG_WARN) return;
+    pthread_mutex_lock(&c->mu);
+    c->warns++;
+    at = strlen(c->text);
+    snprintf(c->text + at, sizeof c->text - at, "%s\n", msg);
+    pthread_mutex_unlock(&c->mu);
+}
+static void cap_begin(logcap *c, pf_config *cfg) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    cfg->log = cap_log;
+    cfg->log_user = c;
+}
+static void cap_end(logcap *c) { pthread_mutex_destroy(&c->mu); }
 
 /* ---- records: file f, record r holds bytes rec_byte(f, r, k) ---- */
 #define RB 24u
@@ -798,6 +931,204 @@ static void test_records_growing_list_resumes(void) {
     tmp_end();
 }
 
+/* a file replaced under its path (written aside, renamed over it) is read
+   from the next epoch planned; epochs planned before read the old one, also
+   while the new one is there (their batches may still be loading) */
+static char same_path[300], same_tmp[300];
+static const char *same_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    if (k) return NULL;
+    if (epoch == 2) { /* asked as epoch 2 is planned: 0 and 1 were planned with the old file */
+        write_records(same_tmp, 1, 13, 0);
+        CHECK(rename(same_tmp, same_path) == 0);
+    }
+    return same_path;
+}
+static void test_records_file_replaced_under_its_path(void) {
+    gctx g;
+    tcons t;
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = d_config(0, 4, 0, 4);
+    memset(&g, 0, sizeof g);
+    tmp_begin();
+    tmp_path(same_path, sizeof same_path, "same.bin");
+    tmp_path(same_tmp, sizeof same_tmp, "same.tmp");
+    write_records(same_path, 0, 20, 0);
+    for (uint32_t e = 0; e < 4; e++) {
+        rctx *c = &g.per_epoch[e];
+        pthread_mutex_init(&c->mu, NULL);
+        c->nfiles = 1;
+        c->id[0] = e < 2 ? 0 : 1;
+        c->per[0] = e < 2 ? 20 : 13;
+    }
+    memset(&rc, 0, sizeof rc);
+    rc.path_fn = same_path_fn;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    cfg.shuffle = true;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
+    t_end(&t);
+    pf_records_close(rd);
+    for (uint32_t e = 0; e < 4; e++) {
+        rctx *c = &g.per_epoch[e];
+        CHECKF(c->bad == 0, "epoch %u: %llu records wrong", e, (unsigned long long)c->bad);
+        CHECKF(c->samples == c->per[0], "epoch %u: %llu records, want %llu", e, (unsigned long long)c->samples,
+               (unsigned long long)c->per[0]);
+        for (uint64_t i = 0; i < c->per[0]; i++) CHECK_EQ(c->seen[i], 1);
+        pthread_mutex_destroy(&c->mu);
+    }
+    tmp_end();
+}
+
+/* an epoch path_fn lists no readable file for is an error naming it, after
+   every batch before it, not an empty epoch (with epochs = 0 a loop spun
+   on PF_END_OF_EPOCH for ever); a file that does not open is a warning */
+static int empty_mode;
+static const char *empty_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    if (epoch == 2 && empty_mode == 0) return NULL;                                 /* lists nothing */
+    if (epoch == 2 && empty_mode == 1) return k ? NULL : "/nonexistent/pf-e2.bin";  /* none opens */
+    if (epoch == 2 && empty_mode == 2) return k ? NULL : grow_paths[1];            /* no whole record */
+    if (epoch == 0 && empty_mode == 3) return NULL;
+    return k ? NULL : grow_paths[0];
+}
+static void test_records_epoch_without_files_is_an_error(void) {
+    static const char *const want[4] = {"path_fn listed no readable file for epoch 2 (it listed none)",
+                                        "path_fn listed no readable file for epoch 2 (1 listed, none opened",
+                                        "the 1 files path_fn listed for epoch 2 hold no record of 24 bytes",
+                                        "path_fn listed no readable file for epoch 0"};
+    tmp_begin();
+    tmp_path(grow_paths[0], sizeof grow_paths[0], "e0.bin");
+    tmp_path(grow_paths[1], sizeof grow_paths[1], "e1.bin");
+    write_records(grow_paths[0], 0, 20, 0);
+    write_records(grow_paths[1], 1, 0, RB - 1);
+    for (empty_mode = 0; empty_mode < 4; empty_mode++) {
+        tcons t;
+        logcap lc;
+        pf_records *rd = NULL;
+        pf_records_config rc;
+        pf_config cfg = d_config(0, 4, 0, 0); /* epochs = 0: until destroyed */
+        size_t batches = 0, ends = 0;
+        pf_result r = PF_OK;
+        memset(&rc, 0, sizeof rc);
+        rc.path_fn = empty_path_fn;
+        rc.record_bytes = RB;
+        rc.header_bytes = RHDR;
+        cfg.shuffle = true;
+        cfg.drop_last = true;
+        cap_begin(&lc, &cfg);
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        t_begin(&t, h_seed);
+        CHECK_EQ(t_create(&t, &cfg), PF_OK);
+        for (int i = 0; i < 200; i++) { /* bounded: an endless run of empty epochs is the bug */
+            pf_batch b;
+            r = pf_next(t.l, &b);
+            if (r == PF_END_OF_EPOCH) {
+                ends++;
+                continue;
+            }
+            if (r != PF_OK) break;
+            batches++;
+            CHECK_EQ(pf_release(t.l, &b), PF_OK);
+        }
+        CHECKF(r == PF_ERR_LOAD, "mode %d: %s", empty_mode, pf_result_string(r));
+        CHECK_CONTAINS(pf_error(t.l), want[empty_mode]);
+        CHECK_EQ(batches, empty_mode == 3 ? 0 : 10); /* epochs 0 and 1 whole: 5 batches each */
+        CHECK_EQ(ends, empty_mode == 3 ? 0 : 2);
+        t_end(&t);
+        pf_records_close(rd);
+        CHECK_CONTAINS(lc.text, empty_mode == 3 ? "epoch 0" : "epoch 2");
+        if (empty_mode == 1) CHECK_CONTAINS(lc.text, "cannot open /nonexistent/pf-e2.bin");
+        cap_end(&lc);
+    }
+    tmp_end();
+}
+
+/* a step that skips another sample than its own would leave its own
+   bytes in the batch under the other's index: a clear load error */
+static int other_skip_step(void *user, pf_sample *s) {
+    (void)user;
+    if (s->i == 2) return pf_job_skip(s->job, s->i + 1, "the next one");
+    memcpy(s->out, s->data, s->bytes);
+    s->out_bytes = s->bytes;
+    return 0;
+}
+static void test_reader_step_skips_only_its_own_sample(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_records_config rc;
+    pf_records *rd = NULL;
+    pf_config cfg = d_config(0, 5, 0, 1);
+    tcons t;
+    pf_batch b;
+    tmp_begin();
+    tmp_path(path, sizeof path, "o.bin");
+    write_records(path, 0, 10, 0);
+    memset(&rc, 0, sizeof rc);
+    rc.paths = pp;
+    rc.num_paths = 1;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    rc.step = other_skip_step;
+    cfg.bad_samples = PF_BAD_SKIP;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(pf_next(t.l, &b), PF_ERR_LOAD);
+    CHECK_CONTAINS(pf_error(t.l), "the step for sample 2 (index 2) skipped sample 3: a step skips only its own sample");
+    t_end(&t);
+    pf_records_close(rd);
+    tmp_end();
+}
+
+/* a file whose size is not header + k records: its partial record is left
+   out and logged once, naming the file and the bytes, also when a growing
+   list names it every epoch */
+static const char *tail_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    (void)epoch;
+    return k < 2 ? grow_paths[k] : NULL;
+}
+static void test_records_partial_record_warns_once(void) {
+    char want[600];
+    tmp_begin();
+    tmp_path(grow_paths[0], sizeof grow_paths[0], "whole.bin");
+    tmp_path(grow_paths[1], sizeof grow_paths[1], "cut.bin");
+    write_records(grow_paths[0], 0, 10, 0);
+    write_records(grow_paths[1], 1, 7, 5);
+    snprintf(want, sizeof want, "pf_records: %s: 173 bytes after header_bytes (16) are not a whole number of records "
+             "of 24 bytes: the last 5 bytes are left out", grow_paths[1]);
+    for (int growing = 0; growing < 2; growing++) {
+        const char *pp[2] = {grow_paths[0], grow_paths[1]};
+        tcons t;
+        logcap lc;
+        pf_records *rd = NULL;
+        pf_records_config rc;
+        pf_config cfg = d_config(0, 4, 0, 3);
+        memset(&rc, 0, sizeof rc);
+        if (growing) rc.path_fn = tail_path_fn;
+        else rc.paths = pp, rc.num_paths = 2;
+        rc.record_bytes = RB;
+        rc.header_bytes = RHDR;
+        cap_begin(&lc, &cfg);
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        t_begin(&t, h_seed);
+        CHECK_EQ(t_create(&t, &cfg), PF_OK);
+        CHECK_EQ(d_drain(&t, NULL, NULL, 1000), PF_END_OF_DATA);
+        CHECK_EQ(d_stats_samples(t.l), 3 * 17);
+        t_end(&t);
+        pf_records_close(rd);
+        CHECKF(lc.warns == 1, "%s list: %d warnings: %s", growing ? "growing" : "static", lc.warns, lc.text);
+        CHECK_CONTAINS(lc.text, want);
+        cap_end(&lc);
+    }
+    tmp_end();
+}
+
 /* ---- llm.c token shards, against llm.c's loader written plainly ---- */
 static uint16_t tok_at(int shard, uint64_t pos) { return (uint16_t)(((uint64_t)shard * 1000003u + pos * 2654435761u) >> 7); }
 static void write_tokens(const char *path, int id, uint64_t ntok, int32_t magic, long long cut) {
@@ -930,6 +1261,23 @@ static void test_tokens_bad_shards_are_named(void) {
     expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cannot open shard /nonexistent/x.bin");
     expect_open_error(pf_tokens_open(NULL, &cfg, &tk), "its config is NULL");
     expect_open_error(pf_tokens_open(&tc, NULL, &tk), "cfg is NULL");
+    /* a rank past the world, whatever the world (the reader resets both, so
+       pf_create would never see it) */
+    write_tokens(path, 0, 500, 20240520, 0);
+    pp[0] = path;
+    cfg.rank = 1;
+    cfg.world_size = 1;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cfg.rank is 1: must be below cfg.world_size (1)");
+    cfg.rank = 3;
+    cfg.world_size = 0;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cfg.rank is 3: must be below cfg.world_size (0, the default 1)");
+    cfg.world_size = 2;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cfg.rank is 3: must be below cfg.world_size (2)");
+    CHECK(tk == NULL && cfg.load == NULL);
+    cfg.rank = 1;
+    CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
+    CHECK(cfg.rank == 0 && cfg.world_size == 1);
+    pf_tokens_close(tk);
     tmp_end();
 }
 
@@ -960,6 +1308,13 @@ static void test_records_bad_input_is_named(void) {
     cfg.num_samples = 5;
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "the reader counts the samples");
     cfg.num_samples = 0;
+    cfg.batch_size = 0; /* set after the open, the slots would hold one sample */
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "cfg.batch_size is 0: set it before the open");
+    CHECK(cfg.load == NULL && cfg.batch_bytes == 0);
+    cfg.batch_bytes = 10 * RB; /* sized by the caller: batch_size may come later */
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    pf_records_close(rd);
+    cfg = d_config(0, 4, 0, 1);
     pp[0] = "/nonexistent/r.bin";
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "cannot open /nonexistent/r.bin");
     CHECK(cfg.load == NULL && cfg.user == NULL);
@@ -1244,6 +1599,170 @@ static void test_tar_damage_never_crashes(void) {
     tmp_end();
 }
 
+/* pax "LEN key=value\n" records, appended to out */
+static void pax_add(char *out, size_t cap, const char *key, const char *value) {
+    size_t body = strlen(key) + strlen(value) + 3, len = body + 1, at = strlen(out); /* ' ', '=', '\n' */
+    char num[24];
+    while ((size_t)snprintf(num, sizeof num, "%zu", len) + body != len) len++;
+    snprintf(out + at, cap - at, "%zu %s=%s\n", len, key, value);
+}
+static void tar_meta(FILE *f, const char *name, char type, const char *data, size_t n) {
+    tar_header(f, name, n, type, NULL);
+    tar_data(f, data, n);
+}
+/* each sample's key and part names, "key:jpg,cls", in batch order */
+typedef struct tnames {
+    pthread_mutex_t mu;
+    char got[8][128];
+    uint32_t n;
+} tnames;
+static int tn_step(void *user, pf_sample *s) {
+    char line[128];
+    size_t at;
+    (void)user;
+    at = (size_t)snprintf(line, sizeof line, "%s:", s->key);
+    for (uint32_t k = 0; k < s->num_parts && at < sizeof line; k++)
+        at += (size_t)snprintf(line + at, sizeof line - at, "%s%s/%zu", k ? "," : "", s->parts[k].name,
+                               s->parts[k].bytes);
+    if (at >= sizeof line) return pf_job_fail(s->job, "names too long");
+    memcpy(s->out, line, at + 1);
+    s->out_bytes = at + 1;
+    return 0;
+}
+static void tn_check(const dsnap *d) {
+    tnames *t = (tnames *)d->user;
+    pthread_mutex_lock(&t->mu);
+    for (uint32_t i = 0; i < d->count && t->n < 8; i++)
+        snprintf(t->got[t->n++], sizeof t->got[0], "%s", (const char *)d->data + d->offsets[i]);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* what `tar --format=posix` writes: a pax header before entries holding
+   only times (the first before any name was seen). A pax path or GNU long
+   name names the next entry only; globals ('g') change nothing; hidden
+   files are no samples (WebDataset skips them); a pax header with nothing
+   after it is ignored, with a warning */
+static void test_tar_pax_and_long_names_name_one_entry(void) {
+    char path[300], rec[512];
+    const char *pp[1] = {path};
+    static const char *const want[4] = {"k0:jpg/300,cls/1", "k1:jpg/7,cls/1", "d/k2:jpg/5,cls/1", "k3:jpg/2"};
+    unsigned char big[300];
+    pf_tar_config tc;
+    pf_tar *tr = NULL;
+    pf_config cfg = d_config(0, 4, 4 * 128, 1);
+    logcap lc;
+    tnames tn;
+    tcons t;
+    FILE *f;
+    memset(big, 'A', sizeof big);
+    memset(&tn, 0, sizeof tn);
+    pthread_mutex_init(&tn.mu, NULL);
+    tmp_begin();
+    tmp_path(path, sizeof path, "posix.tar");
+    f = fopen(path, "wb");
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "mtime", "1700000000.123456789");
+    pax_add(rec, sizeof rec, "atime", "1700000001.5");
+    pax_add(rec, sizeof rec, "ctime", "1700000002.25");
+    tar_meta(f, "./PaxHeaders/k0.jpg", 'x', rec, strlen(rec));
+    tar_file(f, "k0.jpg", big, 300);
+    tar_meta(f, "./PaxHeaders/k0.cls", 'x', rec, strlen(rec));
+    tar_file(f, "k0.cls", "0", 1);
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "comment", "made by a test");
+    tar_meta(f, "GlobalHead.0", 'g', rec, strlen(rec));
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "mtime", "1");
+    pax_add(rec, sizeof rec, "path", "k1.jpg");
+    tar_meta(f, "./PaxHeaders/x", 'x', rec, strlen(rec));
+    tar_file(f, "not-this-name.jpg", big, 7);
+    tar_file(f, "k1.cls", "1", 1); /* its own name: the pax path was the previous entry's */
+    tar_file(f, ".hidden.jpg", big, 3);
+    tar_file(f, "d/._k2.jpg", big, 4); /* macOS's resource forks */
+    tar_file(f, "d/k2.jpg", big, 5);
+    tar_meta(f, "././@LongLink", 'L', "d/k2.cls", 9);
+    tar_file(f, "garbage.cls", "2", 1);
+    tar_file(f, "k3.jpg", big, 2); /* its own name again */
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "path", "zz.jpg");
+    tar_meta(f, "./PaxHeaders/zz", 'x', rec, strlen(rec)); /* dangling */
+    {
+        static const unsigned char zero[1024] = {0};
+        fwrite(zero, 1, sizeof zero, f);
+    }
+    fclose(f);
+    memset(&tc, 0, sizeof tc);
+    tc.paths = pp;
+    tc.num_paths = 1;
+    tc.step = tn_step;
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 4);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, "has no entry after it");
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, &cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, tn_check, &tn, 100), PF_END_OF_DATA);
+    t_end(&t);
+    pf_tar_close(tr);
+    CHECK_EQ(tn.n, 4);
+    for (uint32_t i = 0; i < 4 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
+    cap_end(&lc);
+    pthread_mutex_destroy(&tn.mu);
+    tmp_end();
+}
+
+/* WebDataset refuses a sample with two parts of one name; an empty GNU
+   long name is damage; an archive of empty files says so; a missing end
+   of archive is read, with a warning */
+static void test_tar_duplicates_and_odd_archives_are_named(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_tar_config tc;
+    pf_tar *tr = (pf_tar *)1;
+    pf_config cfg = d_config(0, 4, 0, 1);
+    logcap lc;
+    FILE *f;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = pp;
+    tc.num_paths = 1;
+    tmp_begin();
+    tmp_path(path, sizeof path, "odd.tar");
+    f = fopen(path, "wb");
+    tar_file(f, "a.jpg", "aaa", 3);
+    tar_file(f, "a.jpg", "AAA", 3);
+    tar_file(f, "a.cls", "1", 1);
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "duplicate file name a.jpg");
+    CHECK_CONTAINS(pf_error(NULL), path);
+    CHECK_CONTAINS(pf_error(NULL), "sample a already has a part named \"jpg\"");
+    CHECK(tr == NULL);
+    f = fopen(path, "wb");
+    tar_header(f, "././@LongLink", 0, 'L', NULL);
+    tar_file(f, "a.jpg", "a", 1);
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "the GNU long name at byte 0 is empty");
+    f = fopen(path, "wb");
+    tar_file(f, "a.jpg", "", 0);
+    tar_file(f, "b.jpg", "", 0);
+    fclose(f);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "every file in the 1 shards is empty");
+    write_tar(path, 0, 3);
+    {
+        struct stat st;
+        CHECK(stat(path, &st) == 0);
+        CHECK(truncate(path, st.st_size - 1024) == 0); /* write_tar ends with 1024 zero bytes */
+    }
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 3);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, "without the end-of-archive blocks");
+    pf_tar_close(tr);
+    cap_end(&lc);
+    tmp_end();
+}
+
 /* the caller's worker hooks run inside the reader's, with the caller's user */
 static int rs_step(void *user, pf_sample *s) {
     wcount *wc = (wcount *)user;
@@ -1305,6 +1824,8 @@ static const h_test tests[] = {
     {"bad_limit_is_deterministic", test_bad_limit_is_deterministic},
     {"default_policy_stops_naming_the_sample", test_default_policy_stops_naming_the_sample},
     {"skip_is_resume_safe", test_skip_is_resume_safe},
+    {"bad_limit_resumes_where_it_stopped", test_bad_limit_resumes_where_it_stopped},
+    {"bad_limit_and_skipped_token_misuse", test_bad_limit_and_skipped_token_misuse},
     {"misuse_is_a_clear_load_error", test_misuse_is_a_clear_load_error},
     {"records_raw_in_order", test_records_raw_in_order},
     {"records_raw_shuffled", test_records_raw_shuffled},
@@ -1312,6 +1833,10 @@ static const h_test tests[] = {
     {"records_direct", test_records_direct},
     {"records_growing_file_list", test_records_growing_file_list},
     {"records_growing_list_resumes", test_records_growing_list_resumes},
+    {"records_file_replaced_under_its_path", test_records_file_replaced_under_its_path},
+    {"records_epoch_without_files_is_an_error", test_records_epoch_without_files_is_an_error},
+    {"records_partial_record_warns_once", test_records_partial_record_warns_once},
+    {"reader_step_skips_only_its_own_sample", test_reader_step_skips_only_its_own_sample},
     {"records_bad_input_is_named", test_records_bad_input_is_named},
     {"tokens_match_llmc", test_tokens_match_llmc},
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
@@ -1319,6 +1844,8 @@ static const h_test tests[] = {
     {"tar_step_with_skips", test_tar_step_with_skips},
     {"tar_corrupt_and_truncated_are_named", test_tar_corrupt_and_truncated_are_named},
     {"tar_damage_never_crashes", test_tar_damage_never_crashes},
+    {"tar_pax_and_long_names_name_one_entry", test_tar_pax_and_long_names_name_one_entry},
+    {"tar_duplicates_and_odd_archives_are_named", test_tar_duplicates_and_odd_archives_are_named},
     {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
 };
 
