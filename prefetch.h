@@ -3971,7 +3971,9 @@ thread_fail:
      warning through cfg.log, or on stderr when there is none (the one
      thing the library ever prints), since the config named a GPU.
    - neither: the fallback DEFAULT promises (the same binary runs on a
-     laptop), logged through cfg.log at INFO.
+     laptop), logged through cfg.log: at WARN when CUDA was compiled in (a
+     GPU build running on the CPU is worth a line in any log that shows
+     warnings), at INFO when it was not (the CPU was the plan).
    pf_get_backend tells a loop which one it got. Clears why on PF_OK. */
 static pf_result pf__host_fallback(const pf_config *c, char *why, size_t n) {
     char found[PF__MSG_SIZE];
@@ -3990,7 +3992,11 @@ static pf_result pf__host_fallback(const pf_config *c, char *why, size_t n) {
         else fprintf(stderr, "prefetch.h: warning: %s\n", m);
         return PF_OK;
     }
+#ifdef PREFETCH_CUDA
+    pf__log(c, PF_LOG_WARN, "backend: %s; using the host backend", found);
+#else
     pf__log(c, PF_LOG_INFO, "backend: %s; using the host backend", found);
+#endif
     return PF_OK;
 }
 

@@ -5,10 +5,12 @@
      gcc -O2 -std=c11 examples/quickstart.c -lpthread -o quickstart      (CPU)
      nvcc -O2 -x cu examples/quickstart.c -o quickstart                  (GPU)
 
-   Under nvcc the step is a kernel on your stream; without a usable GPU
-   pf_create says so (PF_ERR_NO_DEVICE: cfg.stream names a GPU stream) and
-   the program goes on with the host backend, loudly. REQUIRE_GPU=1 makes
-   that a failure. Every batch's labels are checked against its images. */
+   Under nvcc the step is a kernel on your stream. Without a usable GPU
+   the program says why and goes on with the host backend: pf_create
+   refuses a GPU stream it cannot serve (PF_ERR_NO_DEVICE, saying what it
+   found), and the library's warnings reach stderr through cfg.log.
+   REQUIRE_GPU=1 makes running on the CPU a failure. Every batch's labels
+   are checked against its images. */
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 
@@ -40,6 +42,13 @@ static int load(void *user, pf_job *job) {
     }
     job->bytes = LABELS_AT + BATCH * sizeof(int32_t); /* on CUDA only job->bytes cross the bus */
     return 0;                                          /* or return pf_job_fail(job, "why") */
+}
+
+/* The library prints nothing itself: its warnings (a fallback to the CPU,
+   a skipped sample) and errors come here. */
+static void log_to_stderr(void *user, int level, const char *msg) {
+    (void)user;
+    if (level <= PF_LOG_WARN) fprintf(stderr, "prefetch.h: %s\n", msg);
 }
 
 /* The step checks what a model would read: each image's first byte is its
@@ -78,11 +87,13 @@ int main(int argc, char **argv) {
     }
 #ifdef __CUDACC__
     cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-        cudaMallocManaged((void **)&bad, sizeof *bad, cudaMemAttachGlobal) == cudaSuccess) {
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMallocManaged((void **)&bad, sizeof *bad, cudaMemAttachGlobal);
+    if (e == cudaSuccess) {
         stream = s;
         *bad = 0;
-    } else {
+    } else { /* no GPU to create a stream on: the loader will say what it finds */
+        fprintf(stderr, "no CUDA stream (%s): running on the CPU\n", cudaGetErrorString(e));
         (void)cudaGetLastError();
         bad = NULL;
     }
@@ -97,6 +108,7 @@ int main(int argc, char **argv) {
     cfg.shuffle = true;
     cfg.epochs = (uint32_t)epochs;
     cfg.stream = stream;                            /* your cudaStream_t; NULL without CUDA */
+    cfg.log = log_to_stderr;                        /* warnings and errors, e.g. why not the GPU */
     pf_loader *loader;
     pf_result r = pf_create(&cfg, &loader);
     if (r == PF_ERR_NO_DEVICE) {                    /* a stream was given but no GPU is usable */

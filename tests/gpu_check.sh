@@ -37,13 +37,21 @@ if [ "$build_only" != 1 ]; then
         echo "gpu-check: the simulated runtime's suites run in 'make test'; run 'make gpu-check' on a machine with an NVIDIA GPU."
         exit 0
     fi
-    if gpu=$(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>/dev/null); then
-        gpu=$(echo "$gpu" | grep ',' | head -n 1)
-    else
-        gpu=""
+    # nvidia-smi hangs on a wedged driver: bounded, and a driver that does
+    # not answer is a finding, not "no GPU"
+    gpu=$(timeout 20 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>&1)
+    rc=$?
+    if [ $rc -eq 124 ]; then
+        echo "gpu-check: FAIL: nvidia-smi did not answer in 20 s (a wedged driver?)" >&2
+        exit 1
     fi
+    if [ $rc -ne 0 ] && echo "$gpu" | grep -qi "driver"; then
+        echo "gpu-check: FAIL: nvidia-smi is here but cannot talk to the driver: $(echo "$gpu" | head -n 1)" >&2
+        exit 1
+    fi
+    [ $rc -eq 0 ] && gpu=$(echo "$gpu" | grep ',' | head -n 1) || gpu=""
     if [ -z "$gpu" ]; then
-        echo "gpu-check: no GPU here (nvidia-smi lists none: $(nvidia-smi -L 2>&1 | head -n 1)): nothing to check."
+        echo "gpu-check: no GPU here (nvidia-smi lists none: $(timeout 20 nvidia-smi -L 2>&1 | head -n 1)): nothing to check."
         exit 0
     fi
 fi

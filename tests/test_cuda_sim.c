@@ -1644,6 +1644,16 @@ static void test_default_backend_never_silently_host(void) {
         fclose(cap);
         CHECK_CONTAINS(err, "prefetch.h: warning: backend: no usable CUDA device");
         pf_destroy(l);
+        /* neither: the fallback DEFAULT promises, as a warning through cfg.log only */
+        cfg.cuda_device = 0;
+        cfg.log = warn_log;
+        warn_n = 0;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        CHECK_EQ(warn_n, 1);
+        CHECK_CONTAINS(warn_msg, machines[i].found);
+        CHECK_CONTAINS(warn_msg, "using the host backend");
+        CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
+        pf_destroy(l);
         CHECK_EQ(pf_get_backend(NULL), PF_BACKEND_DEFAULT);
     }
     cudaSimReset(h_seed, 0, 1);
