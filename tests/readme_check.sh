@@ -31,6 +31,26 @@ END {
     printf("RESULT %d %d 0\n", found, bad)
     exit bad ? 1 : (blocks ? 0 : 1)
 }' README.md || exit 1
+# ...and the build lines under <!-- run: ... --> work as written (the
+# output renamed into build/, the toolkit at $CUDA_HOME): each builds, and
+# the program runs with --quick
+n=0
+awk '/^<!-- run: / { want = 1; next } /^```sh$/ && want { inblk = 1; want = 0; next }
+     /^```/ && inblk { inblk = 0; next } inblk { print } { if (!/^<!-- run: /) want = want && /^$/ }' README.md |
+    sed -e ':a' -e '/\\$/N; s/\\\n//; ta' -e 's/ *#.*$//' > build/readme_run.sh
+while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    n=$((n + 1))
+    case "$line" in *nvcc*|*cudart*) [ "$HAVE_CUDA" = 1 ] || { echo "  skip (no CUDA toolkit): $line"; continue; } ;; esac
+    cmd=$(echo "$line" | sed -e "s| -o quickstart| -o build/readme_build_$n|" -e "s|/usr/local/cuda|${CUDA_HOME:-/usr/local/cuda}|g")
+    case "$line" in nvcc*) cmd="${NVCC:-nvcc}${cmd#nvcc}" ;; esac
+    if ! sh -c "$cmd" > build/readme_build_$n.log 2>&1 || ! build/readme_build_$n --quick > build/readme_build_$n.run 2>&1; then
+        echo "README.md build line $n fails: $line (see build/readme_build_$n.log, .run)"; echo "RESULT 0 1 0"; exit 1
+    fi
+    echo "  ok: $line"
+done < build/readme_run.sh
+[ $n -gt 0 ] || { echo "README.md: no <!-- run: --> block found"; echo "RESULT 0 1 0"; exit 1; }
+
 # ...and each file quoted is one that make test builds
 for f in $(sed -n 's/^<!-- example: \(.*\) -->$/\1/p' README.md | sort -u); do
     grep -q "$f" Makefile || { echo "README.md quotes $f, which make test does not build"; echo "RESULT 0 1 0"; exit 1; }
