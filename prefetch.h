@@ -766,7 +766,7 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #define PF__MAX_BATCH_SIZE (UINT32_C(1) << 24)
 #define PF__MAX_WORKERS 1024u
 #define PF__MAX_SLOTS 4096u
-#define PF__MAX_WINDOW (2 * PF__MAX_SLOTS) /* unordered: batches in flight, host + device slots */
+#define PF__MAX_WINDOW 8192u /* unordered: batches in flight, host + device slots (2 * PF__MAX_SLOTS) */
 #define PF__MAX_WORLD 65536u
 #define PF__MAX_EPOCH (UINT64_C(1) << 62)
 #define PF__ALIGN 256u
@@ -2081,7 +2081,7 @@ static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to);
 static bool pf__grow_due(const pf_loader *l) { return l->grow_to > l->nalloc && !l->growing && !l->stopping; }
 
 static void pf__grow(pf_loader *l) {
-    uint32_t from = l->nalloc, to = l->grow_to, i;
+    uint32_t from = l->nalloc, to = l->grow_to;
     bool ok;
     l->growing = true;
     pf__unlock_wake(l);
@@ -2092,6 +2092,7 @@ static void pf__grow(pf_loader *l) {
         l->grow_failed = true;
         l->grow_to = l->nalloc;
     } else {
+        uint32_t i;
         for (i = from; i < to; i++) l->free_stack[l->nfree++] = i;
         l->nalloc = to;
         l->wake_batch = to >= 8 ? to / 4 : 1;
@@ -3527,7 +3528,7 @@ typedef struct pf__token {
 static const char *pf__shown(const char *p, char *dst, size_t size) {
     size_t i;
     for (i = 0; i + 1 < size && i < 20 && p[i] && p[i] != ' '; i++)
-        dst[i] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?';
+        dst[i] = (char)(p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '?');
     dst[i] = '\0';
     return dst;
 }
@@ -3610,7 +3611,7 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     pf__token t;
     const uint64_t *v = t.v;
     uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
-    uint64_t n = 0, nbatches = 0, last = 0;
+    uint64_t nbatches = 0;
     bool no_done;
     char shown[24];
     pf_result r = pf__read_token(tok, &t, why, wn);
@@ -3679,7 +3680,7 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
                      (unsigned long long)v[PF__K_POS], pf__shown(t.done, shown, sizeof shown));
     } else {
         uint64_t w = v[PF__K_WORLD], bs = c->batch_size, b = v[PF__K_BATCH], pos = v[PF__K_POS];
-        uint64_t b0 = t.has_from ? t.from_batch : 0, p0 = t.has_from ? t.from_pos : 0, rest, per_rank, nb;
+        uint64_t b0 = t.has_from ? t.from_batch : 0, p0 = t.has_from ? t.from_pos : 0, rest, per_rank, nb, n;
         bool past;
         pf__plan pl;
         n = t.has_n ? v[PF__K_N] : c->num_samples;
@@ -3690,7 +3691,10 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
         past = b - b0 > (UINT64_MAX - p0) / (bs * w);
         if (past || pos != p0 + (b - b0) * bs * w) {
             if (past) pf__format(shown, sizeof shown, "past 2^64");
-            else pf__format(shown, sizeof shown, "%llu", (unsigned long long)(p0 + (b - b0) * bs * w));
+            else {
+                uint64_t at = p0 + (b - b0) * bs * w;
+                pf__format(shown, sizeof shown, "%llu", (unsigned long long)at);
+            }
             PF__RBAD("cfg.resume: malformed token: pos=%llu does not match batch=%llu: world=%llu ranks at that batch "
                      "(batches of %llu%s) are at position %s", (unsigned long long)pos, (unsigned long long)b,
                      (unsigned long long)w, (unsigned long long)bs, t.has_from ? ", numbered from the from= point" : "",
@@ -3715,7 +3719,7 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     } else { /* the batches delivered past `batch`: increasing, inside the
                 window a run can have in flight and inside the epoch */
         const char *d = t.done;
-        last = v[PF__K_BATCH];
+        uint64_t last = v[PF__K_BATCH];
         for (;;) {
             const char *e2;
             uint64_t b;
@@ -4297,7 +4301,7 @@ static void pf__sort_u64(uint64_t *v, uint32_t n) { /* insertion sort: a few bad
 
 static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     uint64_t *off = s->sm.mem, *bad = s->sm.mem + l->cfg.batch_size + 1;
-    uint32_t n = w->nskip, count = s->count, i, k, b;
+    uint32_t n = w->nskip, count = s->count, i, b;
     size_t mb = l->cfg.bad_marker_bytes;
     const unsigned char *marker = (const unsigned char *)l->cfg.bad_marker;
     unsigned char *host = s->data;
@@ -4322,6 +4326,7 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
                             (unsigned long long)job->capacity);
             /* from the end: sample k-1 of the appended ones moves up to its
                place i; off[i+1] is written only after off[k] was read (i >= k-1) */
+            uint32_t k;
             for (i = count, k = w->appends, b = n; i-- > 0;) {
                 size_t start;
                 if (b && bad[b - 1] == i) {
@@ -4435,12 +4440,12 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
     char why[PF__MSG_SIZE], msg[PF__MSG_SIZE];
     uint64_t *bad;
     uint32_t k;
-    va_list ap;
     if (!w) return -1;
     l = w->owner;
     s = w->slot;
     why[0] = '\0';
     if (fmt) {
+        va_list ap;
         va_start(ap, fmt);
         pf__vformat(why, sizeof why, fmt, ap);
         va_end(ap);
