@@ -256,9 +256,11 @@ int main(int argc, char **argv) {
     printf("  naive loop      (load, then step)        %7.3f s   %7.1f batches/s\n", naive, o.batches / naive);
     if (!o.workers) printf("  autotune settled on %u of up to %u workers\n", (unsigned)st.workers_active,
                            (unsigned)st.num_workers);
-    printf("  prefetched loop (%u workers, %u slots)    %7.3f s   %7.1f batches/s\n",
-           (unsigned)(o.workers ? st.num_workers : st.workers_active),
-           (unsigned)st.host_slots, fast, o.batches / fast);
+    {
+        unsigned w = (unsigned)(o.workers ? st.num_workers : st.workers_active);
+        printf("  prefetched loop (%u worker%s, %u slots)    %7.3f s   %7.1f batches/s\n", w, w == 1 ? "" : "s",
+               (unsigned)st.host_slots, fast, o.batches / fast);
+    }
     printf("  prefetched / naive = %.2f   (speed-up %.2fx)\n", fast / naive, naive / fast);
     printf("  loader: waited %.1f%% of the loop in pf_next, workers loaded %.2f s in all; %s\n",
            st.elapsed_s > 0 ? 100 * st.wait_s / st.elapsed_s : 0.0, st.load_s, st.verdict);
