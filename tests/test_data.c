@@ -60,23 +60,6 @@ static void d_read(tcons *c, const pf_batch *b, void (*fn)(const dsnap *), void 
 #endif
 }
 
-static pf_config d_config(uint64_t n, uint32_t bs, size_t batch_bytes, uint32_t epochs) {
-    pf_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.num_samples = n;
-    cfg.batch_size = bs;
-    cfg.batch_bytes = batch_bytes;
-    cfg.epochs = epochs;
-    cfg.num_workers = 3;
-    cfg.timeout_ms = T_WAIT_MS;
-#ifdef TEST_SIM
-    cfg.backend = PF_BACKEND_CUDA;
-#else
-    cfg.backend = PF_BACKEND_HOST;
-#endif
-    return cfg;
-}
-
 /* Drain the loader, handing each batch to fn. Returns the final result. */
 static pf_result d_drain(tcons *c, void (*fn)(const dsnap *), void *user, size_t max) {
     for (size_t i = 0; i < max; i++) {
@@ -146,7 +129,7 @@ static int w_load(void *user, pf_job *job) {
 static void run_worker_state(bool autotune, bool destroy_early, uint32_t workers) {
     tcons c;
     wcount wc;
-    pf_config cfg = d_config(2000, 4, 64, 3);
+    pf_config cfg = t_config_base(2000, 4, 64, 3);
     memset(&wc, 0, sizeof wc);
     pthread_mutex_init(&wc.mu, NULL);
     cfg.load = w_load;
@@ -190,7 +173,7 @@ static int w_plain(void *user, pf_job *job) {
 }
 static void test_worker_stop_without_init(void) {
     tcons c;
-    pf_config cfg = d_config(100, 4, 64, 1);
+    pf_config cfg = t_config_base(100, 4, 64, 1);
     cfg.load = w_plain;
     cfg.worker_stop = w_stop_only;
     cfg.num_workers = 2;
@@ -299,7 +282,7 @@ static pf_result p_run(const pspec *p, uint64_t n, uint32_t bs, uint64_t limit, 
     static const unsigned char marker[FIXED] = {MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE,
                                                 MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE,
                                                 MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE};
-    pf_config cfg = d_config(n, bs, (size_t)bs * 120, 1);
+    pf_config cfg = t_config_base(n, bs, (size_t)bs * 120, 1);
     cfg.load = p_load;
     cfg.user = (void *)p;
     cfg.shuffle = true;
@@ -434,7 +417,7 @@ static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_r
     tcons c;
     size_t n = 0;
     pf_stats st;
-    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+    pf_config cfg = t_config_base(500, 8, 8 * 120, 2);
     cfg.load = p_load;
     cfg.user = (void *)p;
     cfg.shuffle = true;
@@ -554,7 +537,7 @@ static void test_bad_limit_and_skipped_token_misuse(void) {
     char token[512], bad[600];
     tcons c;
     pf_loader *l = NULL;
-    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+    pf_config cfg = t_config_base(500, 8, 8 * 120, 2);
     sk_run(&p, NULL, 10, b, 64, token, sizeof token, 0, NULL);
     CHECKF(strstr(token, " skipped=") != NULL, "%s", token);
     if (strstr(token, " skipped=")) *strstr(token, " skipped=") = '\0'; /* the cases add their own */
@@ -613,7 +596,7 @@ static void test_misuse_is_a_clear_load_error(void) {
     for (bad_mode = 0; bad_mode < 5; bad_mode++) {
         tcons c;
         pf_batch b;
-        pf_config cfg = d_config(40, 4, 64, 1);
+        pf_config cfg = t_config_base(40, 4, 64, 1);
         cfg.load = m_load;
         cfg.bad_samples = PF_BAD_SKIP;
         t_begin(&c, h_seed);
@@ -623,7 +606,7 @@ static void test_misuse_is_a_clear_load_error(void) {
         t_end(&c);
     }
     {
-        pf_config cfg = d_config(40, 4, 64, 1);
+        pf_config cfg = t_config_base(40, 4, 64, 1);
         pf_loader *l = NULL;
         cfg.load = m_load;
         cfg.bad_samples = PF_BAD_MARK;
@@ -762,7 +745,7 @@ static void run_records(bool shuffle, bool step, bool direct) {
     tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
-    pf_config cfg = d_config(0, 7, 0, 2);
+    pf_config cfg = t_config_base(0, 7, 0, 2);
     uint64_t total = 0;
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
@@ -829,7 +812,7 @@ static void test_records_growing_file_list(void) {
     tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
-    pf_config cfg = d_config(0, 8, 0, 5);
+    pf_config cfg = t_config_base(0, 8, 0, 5);
     memset(&g, 0, sizeof g);
     tmp_begin();
     for (uint32_t f = 0; f < 7; f++) {
@@ -891,7 +874,7 @@ static void test_records_growing_list_resumes(void) {
         tcons t;
         pf_records *rd = NULL;
         pf_records_config rc;
-        pf_config cfg = d_config(0, 8, 0, 5);
+        pf_config cfg = t_config_base(0, 8, 0, 5);
         memset(&rc, 0, sizeof rc);
         rc.path_fn = grow_path;
         rc.record_bytes = RB;
@@ -949,7 +932,7 @@ static void test_records_file_replaced_under_its_path(void) {
     tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
-    pf_config cfg = d_config(0, 4, 0, 4);
+    pf_config cfg = t_config_base(0, 4, 0, 4);
     memset(&g, 0, sizeof g);
     tmp_begin();
     tmp_path(same_path, sizeof same_path, "same.bin");
@@ -1011,7 +994,7 @@ static void test_records_epoch_without_files_is_an_error(void) {
         logcap lc;
         pf_records *rd = NULL;
         pf_records_config rc;
-        pf_config cfg = d_config(0, 4, 0, 0); /* epochs = 0: until destroyed */
+        pf_config cfg = t_config_base(0, 4, 0, 0); /* epochs = 0: until destroyed */
         size_t batches = 0, ends = 0;
         pf_result r = PF_OK;
         memset(&rc, 0, sizeof rc);
@@ -1062,7 +1045,7 @@ static void test_reader_step_skips_only_its_own_sample(void) {
     const char *pp[1] = {path};
     pf_records_config rc;
     pf_records *rd = NULL;
-    pf_config cfg = d_config(0, 5, 0, 1);
+    pf_config cfg = t_config_base(0, 5, 0, 1);
     tcons t;
     pf_batch b;
     tmp_begin();
@@ -1108,7 +1091,7 @@ static void test_records_partial_record_warns_once(void) {
         logcap lc;
         pf_records *rd = NULL;
         pf_records_config rc;
-        pf_config cfg = d_config(0, 4, 0, 3);
+        pf_config cfg = t_config_base(0, 4, 0, 3);
         memset(&rc, 0, sizeof rc);
         if (growing) rc.path_fn = tail_path_fn;
         else rc.paths = pp, rc.num_paths = 2;
@@ -1200,7 +1183,7 @@ static void test_tokens_match_llmc(void) {
             tcons t;
             pf_tokens *tk = NULL;
             pf_tokens_config tc;
-            pf_config cfg = d_config(0, 2, 0, 2);
+            pf_config cfg = t_config_base(0, 2, 0, 2);
             uint64_t want = 0;
             memset(&k, 0, sizeof k);
             pthread_mutex_init(&k.mu, NULL);
@@ -1238,7 +1221,7 @@ static void test_tokens_bad_shards_are_named(void) {
     const char *pp[1] = {path};
     pf_tokens_config tc;
     pf_tokens *tk = (pf_tokens *)1;
-    pf_config cfg = d_config(0, 1, 0, 1);
+    pf_config cfg = t_config_base(0, 1, 0, 1);
     memset(&tc, 0, sizeof tc);
     tc.paths = pp;
     tc.num_paths = 1;
@@ -1286,7 +1269,7 @@ static void test_records_bad_input_is_named(void) {
     const char *pp[2] = {path, NULL};
     pf_records_config rc;
     pf_records *rd = (pf_records *)1;
-    pf_config cfg = d_config(0, 4, 0, 1);
+    pf_config cfg = t_config_base(0, 4, 0, 1);
     tmp_begin();
     tmp_path(path, sizeof path, "r.bin");
     write_records(path, 0, 10, 0);
@@ -1314,7 +1297,7 @@ static void test_records_bad_input_is_named(void) {
     cfg.batch_bytes = 10 * RB; /* sized by the caller: batch_size may come later */
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     pf_records_close(rd);
-    cfg = d_config(0, 4, 0, 1);
+    cfg = t_config_base(0, 4, 0, 1);
     pp[0] = "/nonexistent/r.bin";
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "cannot open /nonexistent/r.bin");
     CHECK(cfg.load == NULL && cfg.user == NULL);
@@ -1451,7 +1434,7 @@ static void run_tar(bool step) {
     tcons t;
     pf_tar *tr = NULL;
     pf_tar_config tc;
-    pf_config cfg = d_config(0, 6, 0, 1);
+    pf_config cfg = t_config_base(0, 6, 0, 1);
     uint32_t unwanted = 0;
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
@@ -1497,7 +1480,7 @@ static void test_tar_corrupt_and_truncated_are_named(void) {
     const char *pp[1] = {path};
     pf_tar_config tc;
     pf_tar *tr = (pf_tar *)1;
-    pf_config cfg = d_config(0, 4, 0, 1);
+    pf_config cfg = t_config_base(0, 4, 0, 1);
     FILE *f;
     memset(&tc, 0, sizeof tc);
     tc.paths = pp;
@@ -1554,7 +1537,7 @@ static void test_tar_damage_never_crashes(void) {
     for (int trial = 0; trial < 300; trial++) {
         pf_tar_config tc;
         pf_tar *tr = NULL;
-        pf_config cfg = d_config(0, 4, 0, 1);
+        pf_config cfg = t_config_base(0, 4, 0, 1);
         pf_result r;
         long len = size;
         f = fopen(path, "wb");
@@ -1649,7 +1632,7 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
     unsigned char big[300];
     pf_tar_config tc;
     pf_tar *tr = NULL;
-    pf_config cfg = d_config(0, 4, 4 * 128, 1);
+    pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
     logcap lc;
     tnames tn;
     tcons t;
@@ -1720,7 +1703,7 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     const char *pp[1] = {path};
     pf_tar_config tc;
     pf_tar *tr = (pf_tar *)1;
-    pf_config cfg = d_config(0, 4, 0, 1);
+    pf_config cfg = t_config_base(0, 4, 0, 1);
     logcap lc;
     FILE *f;
     memset(&tc, 0, sizeof tc);
@@ -1781,7 +1764,7 @@ static void test_reader_keeps_your_worker_state(void) {
     const char *pp[1] = {path};
     pf_records_config rc;
     pf_records *rd = NULL;
-    pf_config cfg = d_config(0, 4, 0, 2);
+    pf_config cfg = t_config_base(0, 4, 0, 2);
     wcount wc;
     tcons t;
     memset(&wc, 0, sizeof wc);
