@@ -73,6 +73,18 @@ static pf_result d_drain(tcons *c, void (*fn)(const dsnap *), void *user, size_t
     return PF_TIMEOUT;
 }
 
+/* A whole run on a fresh consumer: the loader from cfg, every batch to fn
+   (if set) until PF_END_OF_DATA, then the teardown's checks; st (if set)
+   gets the stats before the loader goes. */
+static void d_run_all(pf_config *cfg, void (*fn)(const dsnap *), void *user, size_t max, pf_stats *st) {
+    tcons t;
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, fn, user, max), PF_END_OF_DATA);
+    if (st) pf_get_stats(t.l, st);
+    t_end(&t);
+}
+
 /* ======================= per-worker state ======================= */
 typedef struct wstate {
     pthread_t thread;
@@ -172,16 +184,12 @@ static int w_plain(void *user, pf_job *job) {
     return 0;
 }
 static void test_worker_stop_without_init(void) {
-    tcons c;
     pf_config cfg = t_config_base(100, 4, 64, 1);
     cfg.load = w_plain;
     cfg.worker_stop = w_stop_only;
     cfg.num_workers = 2;
     stops_only = 0;
-    t_begin(&c, h_seed);
-    CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&c, NULL, NULL, 1000), PF_END_OF_DATA);
-    t_end(&c);
+    d_run_all(&cfg, NULL, NULL, 1000, NULL);
     CHECK(stops_only >= 1 && stops_only <= 2);
 }
 
@@ -632,12 +640,6 @@ static void tmp_end(void) {
     CHECK(system(cmd) == 0);
 }
 
-static uint64_t d_stats_samples(const pf_loader *l) {
-    pf_stats st;
-    pf_get_stats(l, &st);
-    return st.samples;
-}
-
 /* a cfg.log that keeps the warnings, from whichever thread logs them */
 typedef struct logcap {
     pthread_mutex_t mu;
@@ -742,7 +744,6 @@ static void run_records(bool shuffle, bool step, bool direct) {
     char paths[3][300];
     const char *pp[3];
     rctx c;
-    tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
     pf_config cfg = t_config_base(0, 7, 0, 2);
@@ -776,10 +777,7 @@ static void run_records(bool shuffle, bool step, bool direct) {
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     CHECK_EQ(cfg.num_samples, total);
     CHECK_EQ(cfg.batch_bytes, 7 * (step ? 8 : RB));
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, r_check, &c, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, r_check, &c, 100000, NULL);
     pf_records_close(rd);
     CHECK_EQ(c.bad, 0);
     CHECK_EQ(c.samples, 2 * total);
@@ -809,7 +807,6 @@ static void g_check(const dsnap *d) {
 }
 static void test_records_growing_file_list(void) {
     gctx g;
-    tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
     pf_config cfg = t_config_base(0, 8, 0, 5);
@@ -835,10 +832,7 @@ static void test_records_growing_file_list(void) {
     cfg.num_workers = 3;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     CHECK(cfg.num_samples_fn != NULL);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, g_check, &g, 100000, NULL);
     pf_records_close(rd);
     for (uint32_t e = 0; e < 5; e++) {
         rctx *c = &g.per_epoch[e];
@@ -929,7 +923,6 @@ static const char *same_path_fn(void *user, uint64_t epoch, uint32_t k) {
 }
 static void test_records_file_replaced_under_its_path(void) {
     gctx g;
-    tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
     pf_config cfg = t_config_base(0, 4, 0, 4);
@@ -951,10 +944,7 @@ static void test_records_file_replaced_under_its_path(void) {
     rc.header_bytes = RHDR;
     cfg.shuffle = true;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, g_check, &g, 100000, NULL);
     pf_records_close(rd);
     for (uint32_t e = 0; e < 4; e++) {
         rctx *c = &g.per_epoch[e];
@@ -1087,7 +1077,7 @@ static void test_records_partial_record_warns_once(void) {
              "of 24 bytes: the last 5 bytes are left out", grow_paths[1]);
     for (int growing = 0; growing < 2; growing++) {
         const char *pp[2] = {grow_paths[0], grow_paths[1]};
-        tcons t;
+        pf_stats st;
         logcap lc;
         pf_records *rd = NULL;
         pf_records_config rc;
@@ -1099,11 +1089,8 @@ static void test_records_partial_record_warns_once(void) {
         rc.header_bytes = RHDR;
         cap_begin(&lc, &cfg);
         CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
-        t_begin(&t, h_seed);
-        CHECK_EQ(t_create(&t, &cfg), PF_OK);
-        CHECK_EQ(d_drain(&t, NULL, NULL, 1000), PF_END_OF_DATA);
-        CHECK_EQ(d_stats_samples(t.l), 3 * 17);
-        t_end(&t);
+        d_run_all(&cfg, NULL, NULL, 1000, &st);
+        CHECK_EQ(st.samples, 3 * 17);
         pf_records_close(rd);
         CHECKF(lc.warns == 1, "%s list: %d warnings: %s", growing ? "growing" : "static", lc.warns, lc.text);
         CHECK_CONTAINS(lc.text, want);
@@ -1180,7 +1167,6 @@ static void test_tokens_match_llmc(void) {
     for (uint32_t world = 1; world <= 3; world += 2)
         for (uint32_t rank = 0; rank < world; rank++) {
             kctx k;
-            tcons t;
             pf_tokens *tk = NULL;
             pf_tokens_config tc;
             pf_config cfg = t_config_base(0, 2, 0, 2);
@@ -1199,10 +1185,7 @@ static void test_tokens_match_llmc(void) {
             CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
             CHECK_EQ(cfg.num_samples, want);
             CHECK_EQ(cfg.world_size, 1);
-            t_begin(&t, h_seed);
-            CHECK_EQ(t_create(&t, &cfg), PF_OK);
-            CHECK_EQ(d_drain(&t, k_check, &k, 100000), PF_END_OF_DATA);
-            t_end(&t);
+            d_run_all(&cfg, k_check, &k, 100000, NULL);
             pf_tokens_close(tk);
             CHECK_EQ(k.bad, 0);
             CHECK_EQ(k.samples, 2 * want);
@@ -1431,7 +1414,6 @@ static void run_tar(bool step) {
     char paths[2][300];
     const char *pp[2] = {paths[0], paths[1]};
     tctx c;
-    tcons t;
     pf_tar *tr = NULL;
     pf_tar_config tc;
     pf_config cfg = t_config_base(0, 6, 0, 1);
@@ -1456,10 +1438,7 @@ static void run_tar(bool step) {
     CHECK_EQ(pf_tar_open(&tc, &cfg, &tr), PF_OK);
     CHECK_EQ(pf_tar_samples(tr), 2 * NTAR);
     CHECK_EQ(cfg.num_samples, 2 * NTAR);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, tar_check, &c, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, tar_check, &c, 100000, NULL);
     pf_tar_close(tr);
     for (uint32_t s = 0; s < 2 * NTAR; s++) {
         bool skip = step && s % 13 == 5;
@@ -1635,7 +1614,6 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
     pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
     logcap lc;
     tnames tn;
-    tcons t;
     FILE *f;
     memset(big, 'A', sizeof big);
     memset(&tn, 0, sizeof tn);
@@ -1683,10 +1661,7 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
     CHECK_EQ(pf_tar_samples(tr), 4);
     CHECK_EQ(lc.warns, 1);
     CHECK_CONTAINS(lc.text, "has no entry after it");
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, tn_check, &tn, 100), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, tn_check, &tn, 100, NULL);
     pf_tar_close(tr);
     CHECK_EQ(tn.n, 4);
     for (uint32_t i = 0; i < 4 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
@@ -1766,7 +1741,6 @@ static void test_reader_keeps_your_worker_state(void) {
     pf_records *rd = NULL;
     pf_config cfg = t_config_base(0, 4, 0, 2);
     wcount wc;
-    tcons t;
     memset(&wc, 0, sizeof wc);
     pthread_mutex_init(&wc.mu, NULL);
     tmp_begin();
@@ -1783,10 +1757,7 @@ static void test_reader_keeps_your_worker_state(void) {
     cfg.worker_init = w_init;
     cfg.worker_stop = w_stop;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, NULL, NULL, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, NULL, NULL, 100000, NULL);
     pf_records_close(rd);
     CHECK(wc.inits >= 1);
     CHECK_EQ(wc.inits, wc.stops);
