@@ -680,6 +680,17 @@ static void write_records(const char *path, uint32_t f, uint64_t n, size_t tail)
     fwrite(b, 1, tail, fp); /* a partial record: not a sample */
     fclose(fp);
 }
+/* a reader of what write_records writes: the files in paths (or, with
+   num_paths 0, those a path_fn the caller sets lists) */
+static pf_records_config r_config(const char *const *paths, uint32_t num_paths) {
+    pf_records_config rc;
+    memset(&rc, 0, sizeof rc);
+    rc.paths = paths;
+    rc.num_paths = num_paths;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    return rc;
+}
 
 typedef struct rctx {
     uint32_t nfiles;
@@ -763,11 +774,7 @@ static void run_records(bool shuffle, bool step, bool direct) {
     }
     c.nfiles = 3;
     c.stepped = step;
-    memset(&rc, 0, sizeof rc);
-    rc.paths = pp;
-    rc.num_paths = 3;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
+    rc = r_config(pp, 3);
     rc.direct = direct;
     if (step) {
         rc.step = r_step;
@@ -805,12 +812,10 @@ static void g_check(const dsnap *d) {
     e.user = &g->per_epoch[d->epoch];
     r_check(&e);
 }
-static void test_records_growing_file_list(void) {
-    gctx g;
-    pf_records *rd = NULL;
-    pf_records_config rc;
-    pf_config cfg = t_config_base(0, 8, 0, 5);
-    memset(&g, 0, sizeof g);
+/* the growing list's files under a fresh tmpdir, and what each of the 5
+   epochs reads: files e .. e+2 */
+static void grow_begin(gctx *g) {
+    memset(g, 0, sizeof *g);
     tmp_begin();
     for (uint32_t f = 0; f < 7; f++) {
         char name[32];
@@ -819,29 +824,41 @@ static void test_records_growing_file_list(void) {
         write_records(grow_paths[f], f, 20 + f, 0);
     }
     for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
+        rctx *c = &g->per_epoch[e];
         pthread_mutex_init(&c->mu, NULL);
         c->nfiles = 3;
         for (uint32_t k = 0; k < 3; k++) c->id[k] = e + k, c->per[k] = 20 + e + k;
     }
-    memset(&rc, 0, sizeof rc);
+}
+/* each of the first `epochs` epochs delivered every record of its files
+   once, each right */
+static void g_check_epochs(gctx *g, uint32_t epochs) {
+    for (uint32_t e = 0; e < epochs; e++) {
+        rctx *c = &g->per_epoch[e];
+        uint64_t n = 0;
+        for (uint32_t k = 0; k < c->nfiles; k++) n += c->per[k];
+        CHECKF(c->bad == 0, "epoch %u: %llu records wrong", e, (unsigned long long)c->bad);
+        CHECKF(c->samples == n, "epoch %u: %llu records, want %llu", e, (unsigned long long)c->samples,
+               (unsigned long long)n);
+        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
+        pthread_mutex_destroy(&c->mu);
+    }
+}
+static void test_records_growing_file_list(void) {
+    gctx g;
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = t_config_base(0, 8, 0, 5);
+    grow_begin(&g);
+    rc = r_config(NULL, 0);
     rc.path_fn = grow_path;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
     cfg.shuffle = true;
     cfg.num_workers = 3;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     CHECK(cfg.num_samples_fn != NULL);
     d_run_all(&cfg, g_check, &g, 100000, NULL);
     pf_records_close(rd);
-    for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
-        uint64_t n = c->per[0] + c->per[1] + c->per[2];
-        CHECK_EQ(c->bad, 0);
-        CHECK_EQ(c->samples, n);
-        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
-        pthread_mutex_destroy(&c->mu);
-    }
+    g_check_epochs(&g, 5);
     tmp_end();
 }
 
@@ -850,29 +867,14 @@ static void test_records_growing_file_list(void) {
 static void test_records_growing_list_resumes(void) {
     gctx g;
     char token[512];
-    memset(&g, 0, sizeof g);
-    tmp_begin();
-    for (uint32_t f = 0; f < 7; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "g%u.bin", f);
-        tmp_path(grow_paths[f], sizeof grow_paths[f], name);
-        write_records(grow_paths[f], f, 20 + f, 0);
-    }
-    for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
-        pthread_mutex_init(&c->mu, NULL);
-        c->nfiles = 3;
-        for (uint32_t k = 0; k < 3; k++) c->id[k] = e + k, c->per[k] = 20 + e + k;
-    }
+    grow_begin(&g);
     for (int part = 0; part < 2; part++) {
         tcons t;
         pf_records *rd = NULL;
         pf_records_config rc;
         pf_config cfg = t_config_base(0, 8, 0, 5);
-        memset(&rc, 0, sizeof rc);
+        rc = r_config(NULL, 0);
         rc.path_fn = grow_path;
-        rc.record_bytes = RB;
-        rc.header_bytes = RHDR;
         cfg.shuffle = true;
         cfg.resume = part ? token : NULL;
         CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
@@ -897,14 +899,7 @@ static void test_records_growing_list_resumes(void) {
         t_end(&t);
         pf_records_close(rd);
     }
-    for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
-        uint64_t n = c->per[0] + c->per[1] + c->per[2];
-        CHECK_EQ(c->bad, 0);
-        CHECK_EQ(c->samples, n);
-        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
-        pthread_mutex_destroy(&c->mu);
-    }
+    g_check_epochs(&g, 5);
     tmp_end();
 }
 
@@ -938,22 +933,13 @@ static void test_records_file_replaced_under_its_path(void) {
         c->id[0] = e < 2 ? 0 : 1;
         c->per[0] = e < 2 ? 20 : 13;
     }
-    memset(&rc, 0, sizeof rc);
+    rc = r_config(NULL, 0);
     rc.path_fn = same_path_fn;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
     cfg.shuffle = true;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     d_run_all(&cfg, g_check, &g, 100000, NULL);
     pf_records_close(rd);
-    for (uint32_t e = 0; e < 4; e++) {
-        rctx *c = &g.per_epoch[e];
-        CHECKF(c->bad == 0, "epoch %u: %llu records wrong", e, (unsigned long long)c->bad);
-        CHECKF(c->samples == c->per[0], "epoch %u: %llu records, want %llu", e, (unsigned long long)c->samples,
-               (unsigned long long)c->per[0]);
-        for (uint64_t i = 0; i < c->per[0]; i++) CHECK_EQ(c->seen[i], 1);
-        pthread_mutex_destroy(&c->mu);
-    }
+    g_check_epochs(&g, 4);
     tmp_end();
 }
 
@@ -987,10 +973,8 @@ static void test_records_epoch_without_files_is_an_error(void) {
         pf_config cfg = t_config_base(0, 4, 0, 0); /* epochs = 0: until destroyed */
         size_t batches = 0, ends = 0;
         pf_result r = PF_OK;
-        memset(&rc, 0, sizeof rc);
+        rc = r_config(NULL, 0);
         rc.path_fn = empty_path_fn;
-        rc.record_bytes = RB;
-        rc.header_bytes = RHDR;
         cfg.shuffle = true;
         cfg.drop_last = true;
         cap_begin(&lc, &cfg);
@@ -1041,11 +1025,7 @@ static void test_reader_step_skips_only_its_own_sample(void) {
     tmp_begin();
     tmp_path(path, sizeof path, "o.bin");
     write_records(path, 0, 10, 0);
-    memset(&rc, 0, sizeof rc);
-    rc.paths = pp;
-    rc.num_paths = 1;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
+    rc = r_config(pp, 1);
     rc.step = other_skip_step;
     cfg.bad_samples = PF_BAD_SKIP;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
@@ -1082,11 +1062,8 @@ static void test_records_partial_record_warns_once(void) {
         pf_records *rd = NULL;
         pf_records_config rc;
         pf_config cfg = t_config_base(0, 4, 0, 3);
-        memset(&rc, 0, sizeof rc);
+        rc = growing ? r_config(NULL, 0) : r_config(pp, 2);
         if (growing) rc.path_fn = tail_path_fn;
-        else rc.paths = pp, rc.num_paths = 2;
-        rc.record_bytes = RB;
-        rc.header_bytes = RHDR;
         cap_begin(&lc, &cfg);
         CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
         d_run_all(&cfg, NULL, NULL, 1000, &st);
@@ -1746,11 +1723,7 @@ static void test_reader_keeps_your_worker_state(void) {
     tmp_begin();
     tmp_path(path, sizeof path, "w.bin");
     write_records(path, 0, 100, 0);
-    memset(&rc, 0, sizeof rc);
-    rc.paths = pp;
-    rc.num_paths = 1;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
+    rc = r_config(pp, 1);
     rc.step = rs_step;
     rc.user = &wc;
     cfg.user = &wc;
