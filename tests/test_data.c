@@ -98,6 +98,18 @@ typedef struct wcount {
     uint32_t gate_batch; /* 0: none; else block the load of this batch until cancelled */
 } wcount;
 
+static void wc_begin(wcount *wc) {
+    memset(wc, 0, sizeof *wc);
+    pthread_mutex_init(&wc->mu, NULL);
+}
+/* every worker that was started was stopped once, on its own thread */
+static void wc_end(wcount *wc) {
+    CHECK(wc->inits >= 1);
+    CHECK_EQ(wc->inits, wc->stops);
+    CHECK_EQ(wc->bad, 0);
+    pthread_mutex_destroy(&wc->mu);
+}
+
 static void *w_init(void *user, uint32_t worker) {
     wcount *wc = (wcount *)user;
     wstate *s = (wstate *)malloc(sizeof *s);
@@ -142,8 +154,7 @@ static void run_worker_state(bool autotune, bool destroy_early, uint32_t workers
     tcons c;
     wcount wc;
     pf_config cfg = t_config_base(2000, 4, 64, 3);
-    memset(&wc, 0, sizeof wc);
-    pthread_mutex_init(&wc.mu, NULL);
+    wc_begin(&wc);
     cfg.load = w_load;
     cfg.user = &wc;
     cfg.worker_init = w_init;
@@ -160,11 +171,8 @@ static void run_worker_state(bool autotune, bool destroy_early, uint32_t workers
         CHECK_EQ(d_drain(&c, NULL, NULL, 100000), PF_END_OF_DATA);
     }
     t_end(&c);
-    CHECK(wc.inits >= 1);
-    CHECK_EQ(wc.inits, wc.stops);
-    CHECK_EQ(wc.bad, 0);
     if (!destroy_early) CHECK(wc.inits <= (int)workers || autotune);
-    pthread_mutex_destroy(&wc.mu);
+    wc_end(&wc);
 }
 
 static void test_worker_state_on_its_own_thread(void) { run_worker_state(false, false, 4); }
@@ -420,17 +428,22 @@ typedef struct sk_end {
     uint64_t skipped;
     char err[512];
 } sk_end;
-static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
-                     size_t token_n, uint64_t limit, sk_end *end) {
-    tcons c;
-    size_t n = 0;
-    pf_stats st;
+/* the resume tests' loader: p's samples, bad ones skipped, 2 epochs shuffled */
+static pf_config sk_config(const pspec *p) {
     pf_config cfg = t_config_base(500, 8, 8 * 120, 2);
     cfg.load = p_load;
     cfg.user = (void *)p;
     cfg.shuffle = true;
     cfg.seed = 11;
     cfg.bad_samples = PF_BAD_SKIP;
+    return cfg;
+}
+static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
+                     size_t token_n, uint64_t limit, sk_end *end) {
+    tcons c;
+    size_t n = 0;
+    pf_stats st;
+    pf_config cfg = sk_config(p);
     cfg.bad_limit = limit;
     cfg.resume = resume;
     t_begin(&c, h_seed);
@@ -545,15 +558,10 @@ static void test_bad_limit_and_skipped_token_misuse(void) {
     char token[512], bad[600];
     tcons c;
     pf_loader *l = NULL;
-    pf_config cfg = t_config_base(500, 8, 8 * 120, 2);
+    pf_config cfg = sk_config(&p);
     sk_run(&p, NULL, 10, b, 64, token, sizeof token, 0, NULL);
     CHECKF(strstr(token, " skipped=") != NULL, "%s", token);
     if (strstr(token, " skipped=")) *strstr(token, " skipped=") = '\0'; /* the cases add their own */
-    cfg.load = p_load;
-    cfg.user = (void *)&p;
-    cfg.shuffle = true;
-    cfg.seed = 11;
-    cfg.bad_samples = PF_BAD_SKIP;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(bad, sizeof bad, "%s%s", token, cases[i].tail);
         cfg.resume = bad;
@@ -1093,6 +1101,15 @@ static void write_tokens(const char *path, int id, uint64_t ntok, int32_t magic,
     fclose(f);
     if (cut) CHECK(truncate(path, (off_t)(1024 + 2 * ntok) - cut) == 0);
 }
+static pf_tokens_config k_config(const char *const *paths, uint32_t num_paths, uint32_t B, uint32_t T) {
+    pf_tokens_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = paths;
+    tc.num_paths = num_paths;
+    tc.B = B;
+    tc.T = T;
+    return tc;
+}
 typedef struct kctx {
     const uint64_t *ntok;
     int n;
@@ -1152,11 +1169,7 @@ static void test_tokens_match_llmc(void) {
             pthread_mutex_init(&k.mu, NULL);
             k.ntok = ntok, k.n = 3, k.B = 4, k.T = 16, k.world = world, k.rank = rank;
             for (int s = 0; s < 3; s++) want += (ntok[s] - 1) / (world * 64);
-            memset(&tc, 0, sizeof tc);
-            tc.paths = pp;
-            tc.num_paths = 3;
-            tc.B = 4;
-            tc.T = 16;
+            tc = k_config(pp, 3, 4, 16);
             cfg.world_size = world;
             cfg.rank = rank;
             CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
@@ -1182,11 +1195,7 @@ static void test_tokens_bad_shards_are_named(void) {
     pf_tokens_config tc;
     pf_tokens *tk = (pf_tokens *)1;
     pf_config cfg = t_config_base(0, 1, 0, 1);
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
-    tc.B = 2;
-    tc.T = 8;
+    tc = k_config(pp, 1, 2, 8);
     tmp_begin();
     tmp_path(path, sizeof path, "bad.bin");
     write_tokens(path, 0, 500, 20240520, 3);
@@ -1337,6 +1346,13 @@ static void write_tar(const char *path, uint32_t first, uint32_t n) {
     fwrite(zero, 1, sizeof zero, f);
     fclose(f);
 }
+static pf_tar_config tar_config(const char *const *paths, uint32_t num_paths) {
+    pf_tar_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = paths;
+    tc.num_paths = num_paths;
+    return tc;
+}
 typedef struct tctx {
     bool stepped;
     pthread_mutex_t mu;
@@ -1403,9 +1419,7 @@ static void run_tar(bool step) {
     tmp_path(paths[1], sizeof paths[1], "b.tar");
     write_tar(paths[0], 0, NTAR);
     write_tar(paths[1], NTAR, NTAR);
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 2;
+    tc = tar_config(pp, 2);
     if (step) {
         tc.step = t_step;
         tc.sample_bytes = 5;
@@ -1438,9 +1452,7 @@ static void test_tar_corrupt_and_truncated_are_named(void) {
     pf_tar *tr = (pf_tar *)1;
     pf_config cfg = t_config_base(0, 4, 0, 1);
     FILE *f;
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
+    tc = tar_config(pp, 1);
     tmp_begin();
     tmp_path(path, sizeof path, "c.tar");
     write_tar(path, 0, 5);
@@ -1512,9 +1524,7 @@ static void test_tar_damage_never_crashes(void) {
             fwrite(orig, 1, (size_t)len, f);
         }
         fclose(f);
-        memset(&tc, 0, sizeof tc);
-        tc.paths = pp;
-        tc.num_paths = 1;
+        tc = tar_config(pp, 1);
         cfg.batch_bytes = 1 << 16;
         r = pf_tar_open(&tc, &cfg, &tr);
         if (r == PF_OK) {
@@ -1629,9 +1639,7 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
         fwrite(zero, 1, sizeof zero, f);
     }
     fclose(f);
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
+    tc = tar_config(pp, 1);
     tc.step = tn_step;
     cap_begin(&lc, &cfg);
     CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
@@ -1658,9 +1666,7 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     pf_config cfg = t_config_base(0, 4, 0, 1);
     logcap lc;
     FILE *f;
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
+    tc = tar_config(pp, 1);
     tmp_begin();
     tmp_path(path, sizeof path, "odd.tar");
     f = fopen(path, "wb");
@@ -1718,8 +1724,7 @@ static void test_reader_keeps_your_worker_state(void) {
     pf_records *rd = NULL;
     pf_config cfg = t_config_base(0, 4, 0, 2);
     wcount wc;
-    memset(&wc, 0, sizeof wc);
-    pthread_mutex_init(&wc.mu, NULL);
+    wc_begin(&wc);
     tmp_begin();
     tmp_path(path, sizeof path, "w.bin");
     write_records(path, 0, 100, 0);
@@ -1732,10 +1737,7 @@ static void test_reader_keeps_your_worker_state(void) {
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     d_run_all(&cfg, NULL, NULL, 100000, NULL);
     pf_records_close(rd);
-    CHECK(wc.inits >= 1);
-    CHECK_EQ(wc.inits, wc.stops);
-    CHECK_EQ(wc.bad, 0);
-    pthread_mutex_destroy(&wc.mu);
+    wc_end(&wc);
     tmp_end();
 }
 
