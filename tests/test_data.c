@@ -641,7 +641,17 @@ static void tmp_begin(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pf-data-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
 }
-static void tmp_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", tmpdir, name); }
+/* out: tmpdir/NAME, NAME printf-formatted */
+static void tmp_path(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void tmp_path(char *out, size_t n, const char *fmt, ...) {
+    size_t at = (size_t)snprintf(out, n, "%s/", tmpdir);
+    va_list ap;
+    CHECK(at < n);
+    if (at >= n) return;
+    va_start(ap, fmt);
+    vsnprintf(out + at, n - at, fmt, ap);
+    va_end(ap);
+}
 static void tmp_end(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
@@ -771,9 +781,7 @@ static void run_records(bool shuffle, bool step, bool direct) {
     pthread_mutex_init(&c.mu, NULL);
     tmp_begin();
     for (uint32_t f = 0; f < 3; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "r%u.bin", f);
-        tmp_path(paths[f], sizeof paths[f], name);
+        tmp_path(paths[f], sizeof paths[f], "r%u.bin", f);
         c.per[f] = 50 + 31 * f;
         c.id[f] = f;
         write_records(paths[f], f, c.per[f], f == 1 ? 5 : 0);
@@ -826,9 +834,7 @@ static void grow_begin(gctx *g) {
     memset(g, 0, sizeof *g);
     tmp_begin();
     for (uint32_t f = 0; f < 7; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "g%u.bin", f);
-        tmp_path(grow_paths[f], sizeof grow_paths[f], name);
+        tmp_path(grow_paths[f], sizeof grow_paths[f], "g%u.bin", f);
         write_records(grow_paths[f], f, 20 + f, 0);
     }
     for (uint32_t e = 0; e < 5; e++) {
@@ -1152,9 +1158,7 @@ static void test_tokens_match_llmc(void) {
     const char *pp[3];
     tmp_begin();
     for (int s = 0; s < 3; s++) {
-        char name[32];
-        snprintf(name, sizeof name, "tok_%d.bin", s);
-        tmp_path(paths[s], sizeof paths[s], name);
+        tmp_path(paths[s], sizeof paths[s], "tok_%d.bin", s);
         write_tokens(paths[s], s, ntok[s], 20240520, 0);
         pp[s] = paths[s];
     }
