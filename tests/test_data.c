@@ -758,6 +758,12 @@ static void r_check(const dsnap *d) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* a step's end that delivers the record as it is */
+static int r_as_is(pf_sample *s) {
+    memcpy(s->out, s->data, s->bytes);
+    s->out_bytes = s->bytes;
+    return 0;
+}
 static int r_step(void *user, pf_sample *s) {
     uint64_t v = 0;
     (void)user;
@@ -1024,9 +1030,7 @@ static void test_records_epoch_without_files_is_an_error(void) {
 static int other_skip_step(void *user, pf_sample *s) {
     (void)user;
     if (s->i == 2) return pf_job_skip(s->job, s->i + 1, "the next one");
-    memcpy(s->out, s->data, s->bytes);
-    s->out_bytes = s->bytes;
-    return 0;
+    return r_as_is(s);
 }
 static void test_reader_step_skips_only_its_own_sample(void) {
     char path[300];
@@ -1717,9 +1721,7 @@ static int rs_step(void *user, pf_sample *s) {
         wc->bad++;
         pthread_mutex_unlock(&wc->mu);
     }
-    memcpy(s->out, s->data, s->bytes);
-    s->out_bytes = s->bytes;
-    return 0;
+    return r_as_is(s);
 }
 static void test_reader_keeps_your_worker_state(void) {
     char path[300];
