@@ -168,21 +168,35 @@ static int hand_load(void *user, pf_job *job) {
     return 0;
 }
 
-static double hand(const plan *p, unsigned w, uint32_t batch_size) {
+/* every measured loader: one epoch on the host backend, w workers, SLOTS host slots */
+static pf_config run_config(uint32_t batch_size, unsigned w) {
     pf_config cfg;
-    uint64_t bytes;
     memset(&cfg, 0, sizeof cfg);
-    cfg.load = hand_load;
-    cfg.user = (void *)p;
-    cfg.num_samples = p->samples;
     cfg.batch_size = batch_size;
-    cfg.batch_bytes = p->max_batch_bytes;
     cfg.epochs = 1;
     cfg.num_workers = w;
     cfg.host_slots = SLOTS;
+    cfg.backend = PF_BACKEND_HOST;
+    return cfg;
+}
+
+/* a reader's open: on failure, its message and out */
+static void opened(pf_result r) {
+    if (r != PF_OK) {
+        fprintf(stderr, "%s\n", pf_error(NULL));
+        exit(1);
+    }
+}
+
+static double hand(const plan *p, unsigned w, uint32_t batch_size) {
+    pf_config cfg = run_config(batch_size, w);
+    uint64_t bytes;
+    cfg.load = hand_load;
+    cfg.user = (void *)p;
+    cfg.num_samples = p->samples;
+    cfg.batch_bytes = p->max_batch_bytes;
     cfg.shuffle = p->shuffled;
     cfg.seed = 3;
-    cfg.backend = PF_BACKEND_HOST;
     return drain(&cfg, &bytes);
 }
 
@@ -268,25 +282,16 @@ static double rec_reader(void *ctx, unsigned w, uint64_t *bytes) {
     rec_ctx *c = (rec_ctx *)ctx;
     pf_records_config rc;
     pf_records *r;
-    pf_config cfg;
+    pf_config cfg = run_config(BATCH, w);
     double t;
     memset(&rc, 0, sizeof rc);
     rc.paths = c->paths;
     rc.num_paths = FILES;
     rc.record_bytes = RECORD;
     rc.direct = c->direct != 0;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.batch_size = BATCH;
-    cfg.epochs = 1;
-    cfg.num_workers = w;
-    cfg.host_slots = SLOTS;
     cfg.shuffle = c->shuffle != 0;
     cfg.seed = 3;
-    cfg.backend = PF_BACKEND_HOST;
-    if (pf_records_open(&rc, &cfg, &r) != PF_OK) {
-        fprintf(stderr, "%s\n", pf_error(NULL));
-        exit(1);
-    }
+    opened(pf_records_open(&rc, &cfg, &r));
     t = drain(&cfg, bytes);
     pf_records_close(r);
     return t;
@@ -355,23 +360,14 @@ static double tok_reader(void *ctx, unsigned w, uint64_t *bytes) {
     tok_ctx *c = (tok_ctx *)ctx;
     pf_tokens_config tc;
     pf_tokens *t;
-    pf_config cfg;
+    pf_config cfg = run_config(1, w);
     double s;
     memset(&tc, 0, sizeof tc);
     tc.paths = c->paths;
     tc.num_paths = 2;
     tc.B = c->B;
     tc.T = c->T;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.batch_size = 1;
-    cfg.epochs = 1;
-    cfg.num_workers = w;
-    cfg.host_slots = SLOTS;
-    cfg.backend = PF_BACKEND_HOST;
-    if (pf_tokens_open(&tc, &cfg, &t) != PF_OK) {
-        fprintf(stderr, "%s\n", pf_error(NULL));
-        exit(1);
-    }
+    opened(pf_tokens_open(&tc, &cfg, &t));
     s = drain(&cfg, bytes);
     pf_tokens_close(t);
     return s;
@@ -386,21 +382,12 @@ static double tar_reader(void *ctx, unsigned w, uint64_t *bytes) {
     tar_ctx *c = (tar_ctx *)ctx;
     pf_tar_config tc;
     pf_tar *t;
-    pf_config cfg;
+    pf_config cfg = run_config(16, w);
     double s;
     memset(&tc, 0, sizeof tc);
     tc.paths = c->paths;
     tc.num_paths = 1;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.batch_size = 16;
-    cfg.epochs = 1;
-    cfg.num_workers = w;
-    cfg.host_slots = SLOTS;
-    cfg.backend = PF_BACKEND_HOST;
-    if (pf_tar_open(&tc, &cfg, &t) != PF_OK) {
-        fprintf(stderr, "%s\n", pf_error(NULL));
-        exit(1);
-    }
+    opened(pf_tar_open(&tc, &cfg, &t));
     s = drain(&cfg, bytes);
     pf_tar_close(t);
     return s;
