@@ -271,6 +271,14 @@ static void measure(const char *what, reader_fn fn, void *ctx, const plan *p, un
     report(what, w, bytes, p->samples, best_r, best_p, best_1, best_h);
 }
 
+/* measure with each worker count, then let the plan go */
+static const unsigned workers[] = {1, 2, 4};
+static void measure_all(const char *what, reader_fn fn, void *ctx, plan *p, int direct) {
+    for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++) measure(what, fn, ctx, p, workers[w], direct);
+    free(p->v);
+    free(p->batch_start);
+}
+
 /* records */
 typedef struct rec_ctx {
     const char **paths;
@@ -417,7 +425,6 @@ int main(int argc, char **argv) {
     const char *pp[4] = {paths[0], paths[1], paths[2], paths[3]};
     int fds[4], dfds[4];
     uint64_t per_file;
-    static const unsigned workers[] = {1, 2, 4};
     plan p;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -443,19 +450,13 @@ int main(int argc, char **argv) {
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         rec_ctx c = {pp, per_file, shuffle, 0};
         rec_plan(&p, fds, per_file, shuffle);
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure(shuffle ? "records, shuffled (page cache)" : "records, in order (page cache)", rec_reader, &c, &p,
-                    workers[w], 0);
-        free(p.v);
-        free(p.batch_start);
+        measure_all(shuffle ? "records, shuffled (page cache)" : "records, in order (page cache)", rec_reader, &c,
+                    &p, 0);
     }
     if (dfds[0] >= 0) {
         rec_ctx c = {pp, per_file, 0, 1};
         rec_plan(&p, dfds, per_file, 0);
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure("records, in order, O_DIRECT", rec_reader, &c, &p, workers[w], 1);
-        free(p.v);
-        free(p.batch_start);
+        measure_all("records, in order, O_DIRECT", rec_reader, &c, &p, 1);
     } else {
         printf("(O_DIRECT refused by the file system at %s: skipped)\n", base);
     }
@@ -487,10 +488,7 @@ int main(int argc, char **argv) {
                 p.samples++;
             }
         }
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure("llm.c tokens, B=8 T=1024 (page cache)", tok_reader, &c, &p, workers[w], 0);
-        free(p.v);
-        free(p.batch_start);
+        measure_all("llm.c tokens, B=8 T=1024 (page cache)", tok_reader, &c, &p, 0);
         for (int s = 0; s < 2; s++) {
             close(fds[s]);
             unlink(paths[s]);
@@ -530,10 +528,7 @@ int main(int argc, char **argv) {
         fwrite(zero, 1, sizeof zero, f);
         fclose(f);
         warm(paths[0]);
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure("tar, 100 KiB + label (page cache)", tar_reader, &c, &p, workers[w], 0);
-        free(p.v);
-        free(p.batch_start);
+        measure_all("tar, 100 KiB + label (page cache)", tar_reader, &c, &p, 0);
         close(fds[0]);
         unlink(paths[0]);
     }
