@@ -418,6 +418,13 @@ static void tar_header(FILE *f, const char *name, uint64_t size) {
     snprintf((char *)h + 148, 8, "%06o", sum);
     fwrite(h, 1, 512, f);
 }
+/* a file entry: its header, its bytes, zeros to the next 512-byte block */
+static void tar_entry(FILE *f, const char *name, const void *p, size_t n) {
+    static const unsigned char zero[512];
+    tar_header(f, name, n);
+    fwrite(p, 1, n, f);
+    fwrite(zero, 1, (512 - n % 512) % 512, f);
+}
 
 int main(int argc, char **argv) {
     int quick = 0;
@@ -512,15 +519,11 @@ int main(int argc, char **argv) {
             uint32_t cls = (uint32_t)k;
             if (k % 16 == 0) plan_batch(&p);
             snprintf(name, sizeof name, "s/%08llu.bin", (unsigned long long)k);
-            tar_header(f, name, SAMPLE_BIN);
-            fwrite(data, 1, SAMPLE_BIN, f);
-            fwrite(zero, 1, (512 - SAMPLE_BIN % 512) % 512, f);
+            tar_entry(f, name, data, SAMPLE_BIN);
             plan_read(&p, fds[0], off + 512, SAMPLE_BIN);
             off += 512 + (SAMPLE_BIN + 511) / 512 * 512;
             snprintf(name, sizeof name, "s/%08llu.cls", (unsigned long long)k);
-            tar_header(f, name, 4);
-            fwrite(&cls, 1, 4, f);
-            fwrite(zero, 1, 508, f);
+            tar_entry(f, name, &cls, 4);
             plan_read(&p, fds[0], off + 512, 4);
             off += 1024;
             p.samples++;
