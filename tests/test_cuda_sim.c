@@ -1411,7 +1411,7 @@ static int regime_load(void *user, pf_job *job) {
    costing that much (0: copies and kernels overlap) */
 static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_us, pf_stats *st) {
     tcons c;
-    pf_config cfg;
+    pf_config cfg = t_config_base(48, 1, g->bytes, 1);
     pf_batch b;
     int n = 0;
     t_begin_mode(&c, h_seed, timing_only);
@@ -1420,17 +1420,10 @@ static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_
        enough to be the real limit otherwise) */
     cudaSimSetTiming(REGIME_BPS);
     cudaSimSerialStreams(serial_us);
-    memset(&cfg, 0, sizeof cfg);
     cfg.load = regime_load;
     cfg.user = (void *)g;
-    cfg.num_samples = 48;
-    cfg.batch_size = 1;
-    cfg.batch_bytes = g->bytes;
-    cfg.epochs = 1;
     cfg.num_workers = 2;
     cfg.host_slots = 5; /* 2W+1: a ring by bytes would hold all 48 batches at once */
-    cfg.backend = PF_BACKEND_CUDA;
-    cfg.timeout_ms = T_WAIT_MS;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     while (pf_next(c.l, &b) == PF_OK) {
         CHECK(cudaSimLaunchKernelFor(c.stream, g->kernel_us, NULL, NULL, b.data, b.bytes) == cudaSuccess);
