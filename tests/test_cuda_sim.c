@@ -1440,6 +1440,17 @@ static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
     return run_regime_on(g, timing_only, 0, st);
 }
 
+/* got must be want; the failure (and, verbose, the line) names the case
+   with what_fail (what_log) after it and gives the stats it was taken from */
+static void check_verdict(pf_bound got, pf_bound want, const pf_stats *st, const char *name, const char *what_fail,
+                          const char *what_log) {
+    CHECKF(got == want, "%s%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)", name, what_fail,
+           st->verdict, st->wait_input_s, st->wait_copy_s, st->wait_gpu_s, st->elapsed_s);
+    if (h_verbose)
+        printf("    %s%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", name, what_log, st->verdict,
+               st->wait_input_s, st->wait_copy_s, st->wait_gpu_s, st->elapsed_s);
+}
+
 /* A GPU that serialises streams: a compute-bound loop (3 ms kernels, fast
    loads, 64 us copies) on a device that runs every stream's work in one
    FIFO, each operation costing it 20 us. The consumer stream's wait for a
@@ -1460,13 +1471,9 @@ static void test_verdict_on_a_gpu_that_serialises_streams(void) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             pf_stats st;
             pf_bound got = run_regime_on(&cases[i].g, mode, 20, &st);
-            CHECKF(got == cases[i].want, "%s, serial streams%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
-                   cases[i].name, mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s,
-                   st.wait_gpu_s, st.elapsed_s);
-            if (h_verbose)
-                printf("    %s, serial%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name,
-                       mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s,
-                       st.elapsed_s);
+            check_verdict(got, cases[i].want, &st, cases[i].name,
+                          mode ? ", serial streams, timing-only" : ", serial streams",
+                          mode ? ", serial, timing-only" : ", serial");
         }
 }
 
@@ -1504,13 +1511,8 @@ static void test_verdict_right_in_three_modelled_regimes(void) {
                             (run_regime(&cases[i].g, mode, &st2) == cases[i].want);
                 if (right == 2) got = cases[i].want;
             }
-            CHECKF(got == cases[i].want, "%s%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
-                   cases[i].name, mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s,
-                   st.wait_gpu_s, st.elapsed_s);
-            if (h_verbose)
-                printf("    %s%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name,
-                       mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s,
-                       st.elapsed_s);
+            check_verdict(got, cases[i].want, &st, cases[i].name, mode ? ", timing-only" : "",
+                          mode ? ", timing-only" : "");
     }
 }
 
