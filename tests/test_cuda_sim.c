@@ -1584,6 +1584,20 @@ static void warn_log(void *user, int level, const char *msg) {
     }
 }
 
+/* cfg makes a loader on the host backend, with one warning through
+   cfg.log that says what was found and holds want */
+static void host_with_one_warning(pf_config *cfg, const char *found, const char *want) {
+    pf_loader *l = NULL;
+    cfg->log = warn_log;
+    warn_n = 0;
+    CHECK_EQ(pf_create(cfg, &l), PF_OK);
+    CHECK_EQ(warn_n, 1);
+    CHECK_CONTAINS(warn_msg, found);
+    CHECK_CONTAINS(warn_msg, want);
+    CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
+    pf_destroy(l);
+}
+
 static void test_default_backend_never_silently_host(void) {
     static const struct {
         int devices, driver;
@@ -1616,14 +1630,7 @@ static void test_default_backend_never_silently_host(void) {
         /* a device named, no stream: the host backend, with a warning */
         cfg.stream = NULL;
         cfg.cuda_device = 1;
-        cfg.log = warn_log;
-        warn_n = 0;
-        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-        CHECK_EQ(warn_n, 1);
-        CHECK_CONTAINS(warn_msg, machines[i].found);
-        CHECK_CONTAINS(warn_msg, "cfg.cuda_device is 1, but using the host backend");
-        CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
-        pf_destroy(l);
+        host_with_one_warning(&cfg, machines[i].found, "cfg.cuda_device is 1, but using the host backend");
         /* ... on stderr when there is no cfg.log */
         cfg.log = NULL;
         fflush(stderr);
@@ -1641,14 +1648,7 @@ static void test_default_backend_never_silently_host(void) {
         pf_destroy(l);
         /* neither: the fallback DEFAULT promises, as a warning through cfg.log only */
         cfg.cuda_device = 0;
-        cfg.log = warn_log;
-        warn_n = 0;
-        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-        CHECK_EQ(warn_n, 1);
-        CHECK_CONTAINS(warn_msg, machines[i].found);
-        CHECK_CONTAINS(warn_msg, "using the host backend");
-        CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
-        pf_destroy(l);
+        host_with_one_warning(&cfg, machines[i].found, "using the host backend");
         CHECK_EQ(pf_get_backend(NULL), PF_BACKEND_DEFAULT);
     }
     cudaSimReset(h_seed, 0, 1);
