@@ -168,21 +168,35 @@ static int hand_load(void *user, pf_job *job) {
     return 0;
 }
 
-static double hand(const plan *p, unsigned w, uint32_t batch_size) {
+/* every measured loader: one epoch on the host backend, w workers, SLOTS host slots */
+static pf_config run_config(uint32_t batch_size, unsigned w) {
     pf_config cfg;
-    uint64_t bytes;
     memset(&cfg, 0, sizeof cfg);
-    cfg.load = hand_load;
-    cfg.user = (void *)p;
-    cfg.num_samples = p->samples;
     cfg.batch_size = batch_size;
-    cfg.batch_bytes = p->max_batch_bytes;
     cfg.epochs = 1;
     cfg.num_workers = w;
     cfg.host_slots = SLOTS;
+    cfg.backend = PF_BACKEND_HOST;
+    return cfg;
+}
+
+/* a reader's open: on failure, its message and out */
+static void opened(pf_result r) {
+    if (r != PF_OK) {
+        fprintf(stderr, "%s\n", pf_error(NULL));
+        exit(1);
+    }
+}
+
+static double hand(const plan *p, unsigned w, uint32_t batch_size) {
+    pf_config cfg = run_config(batch_size, w);
+    uint64_t bytes;
+    cfg.load = hand_load;
+    cfg.user = (void *)p;
+    cfg.num_samples = p->samples;
+    cfg.batch_bytes = p->max_batch_bytes;
     cfg.shuffle = p->shuffled;
     cfg.seed = 3;
-    cfg.backend = PF_BACKEND_HOST;
     return drain(&cfg, &bytes);
 }
 
@@ -257,6 +271,14 @@ static void measure(const char *what, reader_fn fn, void *ctx, const plan *p, un
     report(what, w, bytes, p->samples, best_r, best_p, best_1, best_h);
 }
 
+/* measure with each worker count, then let the plan go */
+static const unsigned workers[] = {1, 2, 4};
+static void measure_all(const char *what, reader_fn fn, void *ctx, plan *p, int direct) {
+    for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++) measure(what, fn, ctx, p, workers[w], direct);
+    free(p->v);
+    free(p->batch_start);
+}
+
 /* records */
 typedef struct rec_ctx {
     const char **paths;
@@ -268,25 +290,16 @@ static double rec_reader(void *ctx, unsigned w, uint64_t *bytes) {
     rec_ctx *c = (rec_ctx *)ctx;
     pf_records_config rc;
     pf_records *r;
-    pf_config cfg;
+    pf_config cfg = run_config(BATCH, w);
     double t;
     memset(&rc, 0, sizeof rc);
     rc.paths = c->paths;
     rc.num_paths = FILES;
     rc.record_bytes = RECORD;
     rc.direct = c->direct != 0;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.batch_size = BATCH;
-    cfg.epochs = 1;
-    cfg.num_workers = w;
-    cfg.host_slots = SLOTS;
     cfg.shuffle = c->shuffle != 0;
     cfg.seed = 3;
-    cfg.backend = PF_BACKEND_HOST;
-    if (pf_records_open(&rc, &cfg, &r) != PF_OK) {
-        fprintf(stderr, "%s\n", pf_error(NULL));
-        exit(1);
-    }
+    opened(pf_records_open(&rc, &cfg, &r));
     t = drain(&cfg, bytes);
     pf_records_close(r);
     return t;
@@ -355,23 +368,14 @@ static double tok_reader(void *ctx, unsigned w, uint64_t *bytes) {
     tok_ctx *c = (tok_ctx *)ctx;
     pf_tokens_config tc;
     pf_tokens *t;
-    pf_config cfg;
+    pf_config cfg = run_config(1, w);
     double s;
     memset(&tc, 0, sizeof tc);
     tc.paths = c->paths;
     tc.num_paths = 2;
     tc.B = c->B;
     tc.T = c->T;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.batch_size = 1;
-    cfg.epochs = 1;
-    cfg.num_workers = w;
-    cfg.host_slots = SLOTS;
-    cfg.backend = PF_BACKEND_HOST;
-    if (pf_tokens_open(&tc, &cfg, &t) != PF_OK) {
-        fprintf(stderr, "%s\n", pf_error(NULL));
-        exit(1);
-    }
+    opened(pf_tokens_open(&tc, &cfg, &t));
     s = drain(&cfg, bytes);
     pf_tokens_close(t);
     return s;
@@ -386,21 +390,12 @@ static double tar_reader(void *ctx, unsigned w, uint64_t *bytes) {
     tar_ctx *c = (tar_ctx *)ctx;
     pf_tar_config tc;
     pf_tar *t;
-    pf_config cfg;
+    pf_config cfg = run_config(16, w);
     double s;
     memset(&tc, 0, sizeof tc);
     tc.paths = c->paths;
     tc.num_paths = 1;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.batch_size = 16;
-    cfg.epochs = 1;
-    cfg.num_workers = w;
-    cfg.host_slots = SLOTS;
-    cfg.backend = PF_BACKEND_HOST;
-    if (pf_tar_open(&tc, &cfg, &t) != PF_OK) {
-        fprintf(stderr, "%s\n", pf_error(NULL));
-        exit(1);
-    }
+    opened(pf_tar_open(&tc, &cfg, &t));
     s = drain(&cfg, bytes);
     pf_tar_close(t);
     return s;
@@ -423,6 +418,13 @@ static void tar_header(FILE *f, const char *name, uint64_t size) {
     snprintf((char *)h + 148, 8, "%06o", sum);
     fwrite(h, 1, 512, f);
 }
+/* a file entry: its header, its bytes, zeros to the next 512-byte block */
+static void tar_entry(FILE *f, const char *name, const void *p, size_t n) {
+    static const unsigned char zero[512];
+    tar_header(f, name, n);
+    fwrite(p, 1, n, f);
+    fwrite(zero, 1, (512 - n % 512) % 512, f);
+}
 
 int main(int argc, char **argv) {
     int quick = 0;
@@ -430,7 +432,6 @@ int main(int argc, char **argv) {
     const char *pp[4] = {paths[0], paths[1], paths[2], paths[3]};
     int fds[4], dfds[4];
     uint64_t per_file;
-    static const unsigned workers[] = {1, 2, 4};
     plan p;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -456,19 +457,13 @@ int main(int argc, char **argv) {
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         rec_ctx c = {pp, per_file, shuffle, 0};
         rec_plan(&p, fds, per_file, shuffle);
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure(shuffle ? "records, shuffled (page cache)" : "records, in order (page cache)", rec_reader, &c, &p,
-                    workers[w], 0);
-        free(p.v);
-        free(p.batch_start);
+        measure_all(shuffle ? "records, shuffled (page cache)" : "records, in order (page cache)", rec_reader, &c,
+                    &p, 0);
     }
     if (dfds[0] >= 0) {
         rec_ctx c = {pp, per_file, 0, 1};
         rec_plan(&p, dfds, per_file, 0);
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure("records, in order, O_DIRECT", rec_reader, &c, &p, workers[w], 1);
-        free(p.v);
-        free(p.batch_start);
+        measure_all("records, in order, O_DIRECT", rec_reader, &c, &p, 1);
     } else {
         printf("(O_DIRECT refused by the file system at %s: skipped)\n", base);
     }
@@ -500,10 +495,7 @@ int main(int argc, char **argv) {
                 p.samples++;
             }
         }
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure("llm.c tokens, B=8 T=1024 (page cache)", tok_reader, &c, &p, workers[w], 0);
-        free(p.v);
-        free(p.batch_start);
+        measure_all("llm.c tokens, B=8 T=1024 (page cache)", tok_reader, &c, &p, 0);
         for (int s = 0; s < 2; s++) {
             close(fds[s]);
             unlink(paths[s]);
@@ -527,15 +519,11 @@ int main(int argc, char **argv) {
             uint32_t cls = (uint32_t)k;
             if (k % 16 == 0) plan_batch(&p);
             snprintf(name, sizeof name, "s/%08llu.bin", (unsigned long long)k);
-            tar_header(f, name, SAMPLE_BIN);
-            fwrite(data, 1, SAMPLE_BIN, f);
-            fwrite(zero, 1, (512 - SAMPLE_BIN % 512) % 512, f);
+            tar_entry(f, name, data, SAMPLE_BIN);
             plan_read(&p, fds[0], off + 512, SAMPLE_BIN);
             off += 512 + (SAMPLE_BIN + 511) / 512 * 512;
             snprintf(name, sizeof name, "s/%08llu.cls", (unsigned long long)k);
-            tar_header(f, name, 4);
-            fwrite(&cls, 1, 4, f);
-            fwrite(zero, 1, 508, f);
+            tar_entry(f, name, &cls, 4);
             plan_read(&p, fds[0], off + 512, 4);
             off += 1024;
             p.samples++;
@@ -543,10 +531,7 @@ int main(int argc, char **argv) {
         fwrite(zero, 1, sizeof zero, f);
         fclose(f);
         warm(paths[0]);
-        for (size_t w = 0; w < sizeof workers / sizeof workers[0]; w++)
-            measure("tar, 100 KiB + label (page cache)", tar_reader, &c, &p, workers[w], 0);
-        free(p.v);
-        free(p.batch_start);
+        measure_all("tar, 100 KiB + label (page cache)", tar_reader, &c, &p, 0);
         close(fds[0]);
         unlink(paths[0]);
     }

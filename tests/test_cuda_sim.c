@@ -1411,7 +1411,7 @@ static int regime_load(void *user, pf_job *job) {
    costing that much (0: copies and kernels overlap) */
 static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_us, pf_stats *st) {
     tcons c;
-    pf_config cfg;
+    pf_config cfg = t_config_base(48, 1, g->bytes, 1);
     pf_batch b;
     int n = 0;
     t_begin_mode(&c, h_seed, timing_only);
@@ -1420,17 +1420,10 @@ static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_
        enough to be the real limit otherwise) */
     cudaSimSetTiming(REGIME_BPS);
     cudaSimSerialStreams(serial_us);
-    memset(&cfg, 0, sizeof cfg);
     cfg.load = regime_load;
     cfg.user = (void *)g;
-    cfg.num_samples = 48;
-    cfg.batch_size = 1;
-    cfg.batch_bytes = g->bytes;
-    cfg.epochs = 1;
     cfg.num_workers = 2;
     cfg.host_slots = 5; /* 2W+1: a ring by bytes would hold all 48 batches at once */
-    cfg.backend = PF_BACKEND_CUDA;
-    cfg.timeout_ms = T_WAIT_MS;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     while (pf_next(c.l, &b) == PF_OK) {
         CHECK(cudaSimLaunchKernelFor(c.stream, g->kernel_us, NULL, NULL, b.data, b.bytes) == cudaSuccess);
@@ -1445,6 +1438,17 @@ static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_
 
 static pf_bound run_regime(const regime *g, int timing_only, pf_stats *st) {
     return run_regime_on(g, timing_only, 0, st);
+}
+
+/* got must be want; the failure (and, verbose, the line) names the case
+   with what_fail (what_log) after it and gives the stats it was taken from */
+static void check_verdict(pf_bound got, pf_bound want, const pf_stats *st, const char *name, const char *what_fail,
+                          const char *what_log) {
+    CHECKF(got == want, "%s%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)", name, what_fail,
+           st->verdict, st->wait_input_s, st->wait_copy_s, st->wait_gpu_s, st->elapsed_s);
+    if (h_verbose)
+        printf("    %s%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", name, what_log, st->verdict,
+               st->wait_input_s, st->wait_copy_s, st->wait_gpu_s, st->elapsed_s);
 }
 
 /* A GPU that serialises streams: a compute-bound loop (3 ms kernels, fast
@@ -1467,13 +1471,9 @@ static void test_verdict_on_a_gpu_that_serialises_streams(void) {
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             pf_stats st;
             pf_bound got = run_regime_on(&cases[i].g, mode, 20, &st);
-            CHECKF(got == cases[i].want, "%s, serial streams%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
-                   cases[i].name, mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s,
-                   st.wait_gpu_s, st.elapsed_s);
-            if (h_verbose)
-                printf("    %s, serial%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name,
-                       mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s,
-                       st.elapsed_s);
+            check_verdict(got, cases[i].want, &st, cases[i].name,
+                          mode ? ", serial streams, timing-only" : ", serial streams",
+                          mode ? ", serial, timing-only" : ", serial");
         }
 }
 
@@ -1511,13 +1511,8 @@ static void test_verdict_right_in_three_modelled_regimes(void) {
                             (run_regime(&cases[i].g, mode, &st2) == cases[i].want);
                 if (right == 2) got = cases[i].want;
             }
-            CHECKF(got == cases[i].want, "%s%s: verdict \"%s\" (wait input %.3f copy %.3f gpu %.3f of %.3f s)",
-                   cases[i].name, mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s,
-                   st.wait_gpu_s, st.elapsed_s);
-            if (h_verbose)
-                printf("    %s%s: %s (wait input %.3f copy %.3f gpu %.3f of %.3f s)\n", cases[i].name,
-                       mode ? ", timing-only" : "", st.verdict, st.wait_input_s, st.wait_copy_s, st.wait_gpu_s,
-                       st.elapsed_s);
+            check_verdict(got, cases[i].want, &st, cases[i].name, mode ? ", timing-only" : "",
+                          mode ? ", timing-only" : "");
     }
 }
 
@@ -1589,6 +1584,20 @@ static void warn_log(void *user, int level, const char *msg) {
     }
 }
 
+/* cfg makes a loader on the host backend, with one warning through
+   cfg.log that says what was found and holds want */
+static void host_with_one_warning(pf_config *cfg, const char *found, const char *want) {
+    pf_loader *l = NULL;
+    cfg->log = warn_log;
+    warn_n = 0;
+    CHECK_EQ(pf_create(cfg, &l), PF_OK);
+    CHECK_EQ(warn_n, 1);
+    CHECK_CONTAINS(warn_msg, found);
+    CHECK_CONTAINS(warn_msg, want);
+    CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
+    pf_destroy(l);
+}
+
 static void test_default_backend_never_silently_host(void) {
     static const struct {
         int devices, driver;
@@ -1621,14 +1630,7 @@ static void test_default_backend_never_silently_host(void) {
         /* a device named, no stream: the host backend, with a warning */
         cfg.stream = NULL;
         cfg.cuda_device = 1;
-        cfg.log = warn_log;
-        warn_n = 0;
-        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-        CHECK_EQ(warn_n, 1);
-        CHECK_CONTAINS(warn_msg, machines[i].found);
-        CHECK_CONTAINS(warn_msg, "cfg.cuda_device is 1, but using the host backend");
-        CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
-        pf_destroy(l);
+        host_with_one_warning(&cfg, machines[i].found, "cfg.cuda_device is 1, but using the host backend");
         /* ... on stderr when there is no cfg.log */
         cfg.log = NULL;
         fflush(stderr);
@@ -1646,14 +1648,7 @@ static void test_default_backend_never_silently_host(void) {
         pf_destroy(l);
         /* neither: the fallback DEFAULT promises, as a warning through cfg.log only */
         cfg.cuda_device = 0;
-        cfg.log = warn_log;
-        warn_n = 0;
-        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-        CHECK_EQ(warn_n, 1);
-        CHECK_CONTAINS(warn_msg, machines[i].found);
-        CHECK_CONTAINS(warn_msg, "using the host backend");
-        CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
-        pf_destroy(l);
+        host_with_one_warning(&cfg, machines[i].found, "using the host backend");
         CHECK_EQ(pf_get_backend(NULL), PF_BACKEND_DEFAULT);
     }
     cudaSimReset(h_seed, 0, 1);

@@ -60,23 +60,6 @@ static void d_read(tcons *c, const pf_batch *b, void (*fn)(const dsnap *), void 
 #endif
 }
 
-static pf_config d_config(uint64_t n, uint32_t bs, size_t batch_bytes, uint32_t epochs) {
-    pf_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.num_samples = n;
-    cfg.batch_size = bs;
-    cfg.batch_bytes = batch_bytes;
-    cfg.epochs = epochs;
-    cfg.num_workers = 3;
-    cfg.timeout_ms = T_WAIT_MS;
-#ifdef TEST_SIM
-    cfg.backend = PF_BACKEND_CUDA;
-#else
-    cfg.backend = PF_BACKEND_HOST;
-#endif
-    return cfg;
-}
-
 /* Drain the loader, handing each batch to fn. Returns the final result. */
 static pf_result d_drain(tcons *c, void (*fn)(const dsnap *), void *user, size_t max) {
     for (size_t i = 0; i < max; i++) {
@@ -88,6 +71,18 @@ static pf_result d_drain(tcons *c, void (*fn)(const dsnap *), void *user, size_t
         CHECK_EQ(pf_release(c->l, &b), PF_OK);
     }
     return PF_TIMEOUT;
+}
+
+/* A whole run on a fresh consumer: the loader from cfg, every batch to fn
+   (if set) until PF_END_OF_DATA, then the teardown's checks; st (if set)
+   gets the stats before the loader goes. */
+static void d_run_all(pf_config *cfg, void (*fn)(const dsnap *), void *user, size_t max, pf_stats *st) {
+    tcons t;
+    t_begin(&t, h_seed);
+    CHECK_EQ(t_create(&t, cfg), PF_OK);
+    CHECK_EQ(d_drain(&t, fn, user, max), PF_END_OF_DATA);
+    if (st) pf_get_stats(t.l, st);
+    t_end(&t);
 }
 
 /* ======================= per-worker state ======================= */
@@ -102,6 +97,18 @@ typedef struct wcount {
     int inits, stops, bad, loads;
     uint32_t gate_batch; /* 0: none; else block the load of this batch until cancelled */
 } wcount;
+
+static void wc_begin(wcount *wc) {
+    memset(wc, 0, sizeof *wc);
+    pthread_mutex_init(&wc->mu, NULL);
+}
+/* every worker that was started was stopped once, on its own thread */
+static void wc_end(wcount *wc) {
+    CHECK(wc->inits >= 1);
+    CHECK_EQ(wc->inits, wc->stops);
+    CHECK_EQ(wc->bad, 0);
+    pthread_mutex_destroy(&wc->mu);
+}
 
 static void *w_init(void *user, uint32_t worker) {
     wcount *wc = (wcount *)user;
@@ -146,9 +153,8 @@ static int w_load(void *user, pf_job *job) {
 static void run_worker_state(bool autotune, bool destroy_early, uint32_t workers) {
     tcons c;
     wcount wc;
-    pf_config cfg = d_config(2000, 4, 64, 3);
-    memset(&wc, 0, sizeof wc);
-    pthread_mutex_init(&wc.mu, NULL);
+    pf_config cfg = t_config_base(2000, 4, 64, 3);
+    wc_begin(&wc);
     cfg.load = w_load;
     cfg.user = &wc;
     cfg.worker_init = w_init;
@@ -165,11 +171,8 @@ static void run_worker_state(bool autotune, bool destroy_early, uint32_t workers
         CHECK_EQ(d_drain(&c, NULL, NULL, 100000), PF_END_OF_DATA);
     }
     t_end(&c);
-    CHECK(wc.inits >= 1);
-    CHECK_EQ(wc.inits, wc.stops);
-    CHECK_EQ(wc.bad, 0);
     if (!destroy_early) CHECK(wc.inits <= (int)workers || autotune);
-    pthread_mutex_destroy(&wc.mu);
+    wc_end(&wc);
 }
 
 static void test_worker_state_on_its_own_thread(void) { run_worker_state(false, false, 4); }
@@ -189,16 +192,12 @@ static int w_plain(void *user, pf_job *job) {
     return 0;
 }
 static void test_worker_stop_without_init(void) {
-    tcons c;
-    pf_config cfg = d_config(100, 4, 64, 1);
+    pf_config cfg = t_config_base(100, 4, 64, 1);
     cfg.load = w_plain;
     cfg.worker_stop = w_stop_only;
     cfg.num_workers = 2;
     stops_only = 0;
-    t_begin(&c, h_seed);
-    CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&c, NULL, NULL, 1000), PF_END_OF_DATA);
-    t_end(&c);
+    d_run_all(&cfg, NULL, NULL, 1000, NULL);
     CHECK(stops_only >= 1 && stops_only <= 2);
 }
 
@@ -299,7 +298,7 @@ static pf_result p_run(const pspec *p, uint64_t n, uint32_t bs, uint64_t limit, 
     static const unsigned char marker[FIXED] = {MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE,
                                                 MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE,
                                                 MARK_BYTE, MARK_BYTE, MARK_BYTE, MARK_BYTE};
-    pf_config cfg = d_config(n, bs, (size_t)bs * 120, 1);
+    pf_config cfg = t_config_base(n, bs, (size_t)bs * 120, 1);
     cfg.load = p_load;
     cfg.user = (void *)p;
     cfg.shuffle = true;
@@ -429,17 +428,22 @@ typedef struct sk_end {
     uint64_t skipped;
     char err[512];
 } sk_end;
-static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
-                     size_t token_n, uint64_t limit, sk_end *end) {
-    tcons c;
-    size_t n = 0;
-    pf_stats st;
-    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+/* the resume tests' loader: p's samples, bad ones skipped, 2 epochs shuffled */
+static pf_config sk_config(const pspec *p) {
+    pf_config cfg = t_config_base(500, 8, 8 * 120, 2);
     cfg.load = p_load;
     cfg.user = (void *)p;
     cfg.shuffle = true;
     cfg.seed = 11;
     cfg.bad_samples = PF_BAD_SKIP;
+    return cfg;
+}
+static size_t sk_run(const pspec *p, const char *resume, size_t stop_after, sk_rec *out, size_t cap, char *token,
+                     size_t token_n, uint64_t limit, sk_end *end) {
+    tcons c;
+    size_t n = 0;
+    pf_stats st;
+    pf_config cfg = sk_config(p);
     cfg.bad_limit = limit;
     cfg.resume = resume;
     t_begin(&c, h_seed);
@@ -554,15 +558,10 @@ static void test_bad_limit_and_skipped_token_misuse(void) {
     char token[512], bad[600];
     tcons c;
     pf_loader *l = NULL;
-    pf_config cfg = d_config(500, 8, 8 * 120, 2);
+    pf_config cfg = sk_config(&p);
     sk_run(&p, NULL, 10, b, 64, token, sizeof token, 0, NULL);
     CHECKF(strstr(token, " skipped=") != NULL, "%s", token);
     if (strstr(token, " skipped=")) *strstr(token, " skipped=") = '\0'; /* the cases add their own */
-    cfg.load = p_load;
-    cfg.user = (void *)&p;
-    cfg.shuffle = true;
-    cfg.seed = 11;
-    cfg.bad_samples = PF_BAD_SKIP;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(bad, sizeof bad, "%s%s", token, cases[i].tail);
         cfg.resume = bad;
@@ -613,7 +612,7 @@ static void test_misuse_is_a_clear_load_error(void) {
     for (bad_mode = 0; bad_mode < 5; bad_mode++) {
         tcons c;
         pf_batch b;
-        pf_config cfg = d_config(40, 4, 64, 1);
+        pf_config cfg = t_config_base(40, 4, 64, 1);
         cfg.load = m_load;
         cfg.bad_samples = PF_BAD_SKIP;
         t_begin(&c, h_seed);
@@ -623,7 +622,7 @@ static void test_misuse_is_a_clear_load_error(void) {
         t_end(&c);
     }
     {
-        pf_config cfg = d_config(40, 4, 64, 1);
+        pf_config cfg = t_config_base(40, 4, 64, 1);
         pf_loader *l = NULL;
         cfg.load = m_load;
         cfg.bad_samples = PF_BAD_MARK;
@@ -642,17 +641,21 @@ static void tmp_begin(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pf-data-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
 }
-static void tmp_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", tmpdir, name); }
+/* out: tmpdir/NAME, NAME printf-formatted */
+static void tmp_path(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void tmp_path(char *out, size_t n, const char *fmt, ...) {
+    size_t at = (size_t)snprintf(out, n, "%s/", tmpdir);
+    va_list ap;
+    CHECK(at < n);
+    if (at >= n) return;
+    va_start(ap, fmt);
+    vsnprintf(out + at, n - at, fmt, ap);
+    va_end(ap);
+}
 static void tmp_end(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     CHECK(system(cmd) == 0);
-}
-
-static uint64_t d_stats_samples(const pf_loader *l) {
-    pf_stats st;
-    pf_get_stats(l, &st);
-    return st.samples;
 }
 
 /* a cfg.log that keeps the warnings, from whichever thread logs them */
@@ -694,6 +697,17 @@ static void write_records(const char *path, uint32_t f, uint64_t n, size_t tail)
     }
     fwrite(b, 1, tail, fp); /* a partial record: not a sample */
     fclose(fp);
+}
+/* a reader of what write_records writes: the files in paths (or, with
+   num_paths 0, those a path_fn the caller sets lists) */
+static pf_records_config r_config(const char *const *paths, uint32_t num_paths) {
+    pf_records_config rc;
+    memset(&rc, 0, sizeof rc);
+    rc.paths = paths;
+    rc.num_paths = num_paths;
+    rc.record_bytes = RB;
+    rc.header_bytes = RHDR;
+    return rc;
 }
 
 typedef struct rctx {
@@ -744,6 +758,12 @@ static void r_check(const dsnap *d) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* a step's end that delivers the record as it is */
+static int r_as_is(pf_sample *s) {
+    memcpy(s->out, s->data, s->bytes);
+    s->out_bytes = s->bytes;
+    return 0;
+}
 static int r_step(void *user, pf_sample *s) {
     uint64_t v = 0;
     (void)user;
@@ -759,18 +779,15 @@ static void run_records(bool shuffle, bool step, bool direct) {
     char paths[3][300];
     const char *pp[3];
     rctx c;
-    tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
-    pf_config cfg = d_config(0, 7, 0, 2);
+    pf_config cfg = t_config_base(0, 7, 0, 2);
     uint64_t total = 0;
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
     tmp_begin();
     for (uint32_t f = 0; f < 3; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "r%u.bin", f);
-        tmp_path(paths[f], sizeof paths[f], name);
+        tmp_path(paths[f], sizeof paths[f], "r%u.bin", f);
         c.per[f] = 50 + 31 * f;
         c.id[f] = f;
         write_records(paths[f], f, c.per[f], f == 1 ? 5 : 0);
@@ -779,11 +796,7 @@ static void run_records(bool shuffle, bool step, bool direct) {
     }
     c.nfiles = 3;
     c.stepped = step;
-    memset(&rc, 0, sizeof rc);
-    rc.paths = pp;
-    rc.num_paths = 3;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
+    rc = r_config(pp, 3);
     rc.direct = direct;
     if (step) {
         rc.step = r_step;
@@ -793,10 +806,7 @@ static void run_records(bool shuffle, bool step, bool direct) {
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     CHECK_EQ(cfg.num_samples, total);
     CHECK_EQ(cfg.batch_bytes, 7 * (step ? 8 : RB));
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, r_check, &c, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, r_check, &c, 100000, NULL);
     pf_records_close(rd);
     CHECK_EQ(c.bad, 0);
     CHECK_EQ(c.samples, 2 * total);
@@ -824,47 +834,51 @@ static void g_check(const dsnap *d) {
     e.user = &g->per_epoch[d->epoch];
     r_check(&e);
 }
-static void test_records_growing_file_list(void) {
-    gctx g;
-    tcons t;
-    pf_records *rd = NULL;
-    pf_records_config rc;
-    pf_config cfg = d_config(0, 8, 0, 5);
-    memset(&g, 0, sizeof g);
+/* the growing list's files under a fresh tmpdir, and what each of the 5
+   epochs reads: files e .. e+2 */
+static void grow_begin(gctx *g) {
+    memset(g, 0, sizeof *g);
     tmp_begin();
     for (uint32_t f = 0; f < 7; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "g%u.bin", f);
-        tmp_path(grow_paths[f], sizeof grow_paths[f], name);
+        tmp_path(grow_paths[f], sizeof grow_paths[f], "g%u.bin", f);
         write_records(grow_paths[f], f, 20 + f, 0);
     }
     for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
+        rctx *c = &g->per_epoch[e];
         pthread_mutex_init(&c->mu, NULL);
         c->nfiles = 3;
         for (uint32_t k = 0; k < 3; k++) c->id[k] = e + k, c->per[k] = 20 + e + k;
     }
-    memset(&rc, 0, sizeof rc);
+}
+/* each of the first `epochs` epochs delivered every record of its files
+   once, each right */
+static void g_check_epochs(gctx *g, uint32_t epochs) {
+    for (uint32_t e = 0; e < epochs; e++) {
+        rctx *c = &g->per_epoch[e];
+        uint64_t n = 0;
+        for (uint32_t k = 0; k < c->nfiles; k++) n += c->per[k];
+        CHECKF(c->bad == 0, "epoch %u: %llu records wrong", e, (unsigned long long)c->bad);
+        CHECKF(c->samples == n, "epoch %u: %llu records, want %llu", e, (unsigned long long)c->samples,
+               (unsigned long long)n);
+        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
+        pthread_mutex_destroy(&c->mu);
+    }
+}
+static void test_records_growing_file_list(void) {
+    gctx g;
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = t_config_base(0, 8, 0, 5);
+    grow_begin(&g);
+    rc = r_config(NULL, 0);
     rc.path_fn = grow_path;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
     cfg.shuffle = true;
     cfg.num_workers = 3;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     CHECK(cfg.num_samples_fn != NULL);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, g_check, &g, 100000, NULL);
     pf_records_close(rd);
-    for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
-        uint64_t n = c->per[0] + c->per[1] + c->per[2];
-        CHECK_EQ(c->bad, 0);
-        CHECK_EQ(c->samples, n);
-        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
-        pthread_mutex_destroy(&c->mu);
-    }
+    g_check_epochs(&g, 5);
     tmp_end();
 }
 
@@ -873,29 +887,14 @@ static void test_records_growing_file_list(void) {
 static void test_records_growing_list_resumes(void) {
     gctx g;
     char token[512];
-    memset(&g, 0, sizeof g);
-    tmp_begin();
-    for (uint32_t f = 0; f < 7; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "g%u.bin", f);
-        tmp_path(grow_paths[f], sizeof grow_paths[f], name);
-        write_records(grow_paths[f], f, 20 + f, 0);
-    }
-    for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
-        pthread_mutex_init(&c->mu, NULL);
-        c->nfiles = 3;
-        for (uint32_t k = 0; k < 3; k++) c->id[k] = e + k, c->per[k] = 20 + e + k;
-    }
+    grow_begin(&g);
     for (int part = 0; part < 2; part++) {
         tcons t;
         pf_records *rd = NULL;
         pf_records_config rc;
-        pf_config cfg = d_config(0, 8, 0, 5);
-        memset(&rc, 0, sizeof rc);
+        pf_config cfg = t_config_base(0, 8, 0, 5);
+        rc = r_config(NULL, 0);
         rc.path_fn = grow_path;
-        rc.record_bytes = RB;
-        rc.header_bytes = RHDR;
         cfg.shuffle = true;
         cfg.resume = part ? token : NULL;
         CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
@@ -920,14 +919,7 @@ static void test_records_growing_list_resumes(void) {
         t_end(&t);
         pf_records_close(rd);
     }
-    for (uint32_t e = 0; e < 5; e++) {
-        rctx *c = &g.per_epoch[e];
-        uint64_t n = c->per[0] + c->per[1] + c->per[2];
-        CHECK_EQ(c->bad, 0);
-        CHECK_EQ(c->samples, n);
-        for (uint64_t i = 0; i < n; i++) CHECK_EQ(c->seen[i], 1);
-        pthread_mutex_destroy(&c->mu);
-    }
+    g_check_epochs(&g, 5);
     tmp_end();
 }
 
@@ -946,10 +938,9 @@ static const char *same_path_fn(void *user, uint64_t epoch, uint32_t k) {
 }
 static void test_records_file_replaced_under_its_path(void) {
     gctx g;
-    tcons t;
     pf_records *rd = NULL;
     pf_records_config rc;
-    pf_config cfg = d_config(0, 4, 0, 4);
+    pf_config cfg = t_config_base(0, 4, 0, 4);
     memset(&g, 0, sizeof g);
     tmp_begin();
     tmp_path(same_path, sizeof same_path, "same.bin");
@@ -962,25 +953,13 @@ static void test_records_file_replaced_under_its_path(void) {
         c->id[0] = e < 2 ? 0 : 1;
         c->per[0] = e < 2 ? 20 : 13;
     }
-    memset(&rc, 0, sizeof rc);
+    rc = r_config(NULL, 0);
     rc.path_fn = same_path_fn;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
     cfg.shuffle = true;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, g_check, &g, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, g_check, &g, 100000, NULL);
     pf_records_close(rd);
-    for (uint32_t e = 0; e < 4; e++) {
-        rctx *c = &g.per_epoch[e];
-        CHECKF(c->bad == 0, "epoch %u: %llu records wrong", e, (unsigned long long)c->bad);
-        CHECKF(c->samples == c->per[0], "epoch %u: %llu records, want %llu", e, (unsigned long long)c->samples,
-               (unsigned long long)c->per[0]);
-        for (uint64_t i = 0; i < c->per[0]; i++) CHECK_EQ(c->seen[i], 1);
-        pthread_mutex_destroy(&c->mu);
-    }
+    g_check_epochs(&g, 4);
     tmp_end();
 }
 
@@ -1011,13 +990,11 @@ static void test_records_epoch_without_files_is_an_error(void) {
         logcap lc;
         pf_records *rd = NULL;
         pf_records_config rc;
-        pf_config cfg = d_config(0, 4, 0, 0); /* epochs = 0: until destroyed */
+        pf_config cfg = t_config_base(0, 4, 0, 0); /* epochs = 0: until destroyed */
         size_t batches = 0, ends = 0;
         pf_result r = PF_OK;
-        memset(&rc, 0, sizeof rc);
+        rc = r_config(NULL, 0);
         rc.path_fn = empty_path_fn;
-        rc.record_bytes = RB;
-        rc.header_bytes = RHDR;
         cfg.shuffle = true;
         cfg.drop_last = true;
         cap_begin(&lc, &cfg);
@@ -1053,26 +1030,20 @@ static void test_records_epoch_without_files_is_an_error(void) {
 static int other_skip_step(void *user, pf_sample *s) {
     (void)user;
     if (s->i == 2) return pf_job_skip(s->job, s->i + 1, "the next one");
-    memcpy(s->out, s->data, s->bytes);
-    s->out_bytes = s->bytes;
-    return 0;
+    return r_as_is(s);
 }
 static void test_reader_step_skips_only_its_own_sample(void) {
     char path[300];
     const char *pp[1] = {path};
     pf_records_config rc;
     pf_records *rd = NULL;
-    pf_config cfg = d_config(0, 5, 0, 1);
+    pf_config cfg = t_config_base(0, 5, 0, 1);
     tcons t;
     pf_batch b;
     tmp_begin();
     tmp_path(path, sizeof path, "o.bin");
     write_records(path, 0, 10, 0);
-    memset(&rc, 0, sizeof rc);
-    rc.paths = pp;
-    rc.num_paths = 1;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
+    rc = r_config(pp, 1);
     rc.step = other_skip_step;
     cfg.bad_samples = PF_BAD_SKIP;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
@@ -1104,23 +1075,17 @@ static void test_records_partial_record_warns_once(void) {
              "of 24 bytes: the last 5 bytes are left out", grow_paths[1]);
     for (int growing = 0; growing < 2; growing++) {
         const char *pp[2] = {grow_paths[0], grow_paths[1]};
-        tcons t;
+        pf_stats st;
         logcap lc;
         pf_records *rd = NULL;
         pf_records_config rc;
-        pf_config cfg = d_config(0, 4, 0, 3);
-        memset(&rc, 0, sizeof rc);
+        pf_config cfg = t_config_base(0, 4, 0, 3);
+        rc = growing ? r_config(NULL, 0) : r_config(pp, 2);
         if (growing) rc.path_fn = tail_path_fn;
-        else rc.paths = pp, rc.num_paths = 2;
-        rc.record_bytes = RB;
-        rc.header_bytes = RHDR;
         cap_begin(&lc, &cfg);
         CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
-        t_begin(&t, h_seed);
-        CHECK_EQ(t_create(&t, &cfg), PF_OK);
-        CHECK_EQ(d_drain(&t, NULL, NULL, 1000), PF_END_OF_DATA);
-        CHECK_EQ(d_stats_samples(t.l), 3 * 17);
-        t_end(&t);
+        d_run_all(&cfg, NULL, NULL, 1000, &st);
+        CHECK_EQ(st.samples, 3 * 17);
         pf_records_close(rd);
         CHECKF(lc.warns == 1, "%s list: %d warnings: %s", growing ? "growing" : "static", lc.warns, lc.text);
         CHECK_CONTAINS(lc.text, want);
@@ -1145,6 +1110,15 @@ static void write_tokens(const char *path, int id, uint64_t ntok, int32_t magic,
     }
     fclose(f);
     if (cut) CHECK(truncate(path, (off_t)(1024 + 2 * ntok) - cut) == 0);
+}
+static pf_tokens_config k_config(const char *const *paths, uint32_t num_paths, uint32_t B, uint32_t T) {
+    pf_tokens_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = paths;
+    tc.num_paths = num_paths;
+    tc.B = B;
+    tc.T = T;
+    return tc;
 }
 typedef struct kctx {
     const uint64_t *ntok;
@@ -1188,38 +1162,28 @@ static void test_tokens_match_llmc(void) {
     const char *pp[3];
     tmp_begin();
     for (int s = 0; s < 3; s++) {
-        char name[32];
-        snprintf(name, sizeof name, "tok_%d.bin", s);
-        tmp_path(paths[s], sizeof paths[s], name);
+        tmp_path(paths[s], sizeof paths[s], "tok_%d.bin", s);
         write_tokens(paths[s], s, ntok[s], 20240520, 0);
         pp[s] = paths[s];
     }
     for (uint32_t world = 1; world <= 3; world += 2)
         for (uint32_t rank = 0; rank < world; rank++) {
             kctx k;
-            tcons t;
             pf_tokens *tk = NULL;
             pf_tokens_config tc;
-            pf_config cfg = d_config(0, 2, 0, 2);
+            pf_config cfg = t_config_base(0, 2, 0, 2);
             uint64_t want = 0;
             memset(&k, 0, sizeof k);
             pthread_mutex_init(&k.mu, NULL);
             k.ntok = ntok, k.n = 3, k.B = 4, k.T = 16, k.world = world, k.rank = rank;
             for (int s = 0; s < 3; s++) want += (ntok[s] - 1) / (world * 64);
-            memset(&tc, 0, sizeof tc);
-            tc.paths = pp;
-            tc.num_paths = 3;
-            tc.B = 4;
-            tc.T = 16;
+            tc = k_config(pp, 3, 4, 16);
             cfg.world_size = world;
             cfg.rank = rank;
             CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
             CHECK_EQ(cfg.num_samples, want);
             CHECK_EQ(cfg.world_size, 1);
-            t_begin(&t, h_seed);
-            CHECK_EQ(t_create(&t, &cfg), PF_OK);
-            CHECK_EQ(d_drain(&t, k_check, &k, 100000), PF_END_OF_DATA);
-            t_end(&t);
+            d_run_all(&cfg, k_check, &k, 100000, NULL);
             pf_tokens_close(tk);
             CHECK_EQ(k.bad, 0);
             CHECK_EQ(k.samples, 2 * want);
@@ -1238,12 +1202,8 @@ static void test_tokens_bad_shards_are_named(void) {
     const char *pp[1] = {path};
     pf_tokens_config tc;
     pf_tokens *tk = (pf_tokens *)1;
-    pf_config cfg = d_config(0, 1, 0, 1);
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
-    tc.B = 2;
-    tc.T = 8;
+    pf_config cfg = t_config_base(0, 1, 0, 1);
+    tc = k_config(pp, 1, 2, 8);
     tmp_begin();
     tmp_path(path, sizeof path, "bad.bin");
     write_tokens(path, 0, 500, 20240520, 3);
@@ -1286,7 +1246,7 @@ static void test_records_bad_input_is_named(void) {
     const char *pp[2] = {path, NULL};
     pf_records_config rc;
     pf_records *rd = (pf_records *)1;
-    pf_config cfg = d_config(0, 4, 0, 1);
+    pf_config cfg = t_config_base(0, 4, 0, 1);
     tmp_begin();
     tmp_path(path, sizeof path, "r.bin");
     write_records(path, 0, 10, 0);
@@ -1314,7 +1274,7 @@ static void test_records_bad_input_is_named(void) {
     cfg.batch_bytes = 10 * RB; /* sized by the caller: batch_size may come later */
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     pf_records_close(rd);
-    cfg = d_config(0, 4, 0, 1);
+    cfg = t_config_base(0, 4, 0, 1);
     pp[0] = "/nonexistent/r.bin";
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "cannot open /nonexistent/r.bin");
     CHECK(cfg.load == NULL && cfg.user == NULL);
@@ -1394,6 +1354,13 @@ static void write_tar(const char *path, uint32_t first, uint32_t n) {
     fwrite(zero, 1, sizeof zero, f);
     fclose(f);
 }
+static pf_tar_config tar_config(const char *const *paths, uint32_t num_paths) {
+    pf_tar_config tc;
+    memset(&tc, 0, sizeof tc);
+    tc.paths = paths;
+    tc.num_paths = num_paths;
+    return tc;
+}
 typedef struct tctx {
     bool stepped;
     pthread_mutex_t mu;
@@ -1448,10 +1415,9 @@ static void run_tar(bool step) {
     char paths[2][300];
     const char *pp[2] = {paths[0], paths[1]};
     tctx c;
-    tcons t;
     pf_tar *tr = NULL;
     pf_tar_config tc;
-    pf_config cfg = d_config(0, 6, 0, 1);
+    pf_config cfg = t_config_base(0, 6, 0, 1);
     uint32_t unwanted = 0;
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
@@ -1461,9 +1427,7 @@ static void run_tar(bool step) {
     tmp_path(paths[1], sizeof paths[1], "b.tar");
     write_tar(paths[0], 0, NTAR);
     write_tar(paths[1], NTAR, NTAR);
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 2;
+    tc = tar_config(pp, 2);
     if (step) {
         tc.step = t_step;
         tc.sample_bytes = 5;
@@ -1473,10 +1437,7 @@ static void run_tar(bool step) {
     CHECK_EQ(pf_tar_open(&tc, &cfg, &tr), PF_OK);
     CHECK_EQ(pf_tar_samples(tr), 2 * NTAR);
     CHECK_EQ(cfg.num_samples, 2 * NTAR);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, tar_check, &c, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, tar_check, &c, 100000, NULL);
     pf_tar_close(tr);
     for (uint32_t s = 0; s < 2 * NTAR; s++) {
         bool skip = step && s % 13 == 5;
@@ -1497,11 +1458,9 @@ static void test_tar_corrupt_and_truncated_are_named(void) {
     const char *pp[1] = {path};
     pf_tar_config tc;
     pf_tar *tr = (pf_tar *)1;
-    pf_config cfg = d_config(0, 4, 0, 1);
+    pf_config cfg = t_config_base(0, 4, 0, 1);
     FILE *f;
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
+    tc = tar_config(pp, 1);
     tmp_begin();
     tmp_path(path, sizeof path, "c.tar");
     write_tar(path, 0, 5);
@@ -1554,7 +1513,7 @@ static void test_tar_damage_never_crashes(void) {
     for (int trial = 0; trial < 300; trial++) {
         pf_tar_config tc;
         pf_tar *tr = NULL;
-        pf_config cfg = d_config(0, 4, 0, 1);
+        pf_config cfg = t_config_base(0, 4, 0, 1);
         pf_result r;
         long len = size;
         f = fopen(path, "wb");
@@ -1573,9 +1532,7 @@ static void test_tar_damage_never_crashes(void) {
             fwrite(orig, 1, (size_t)len, f);
         }
         fclose(f);
-        memset(&tc, 0, sizeof tc);
-        tc.paths = pp;
-        tc.num_paths = 1;
+        tc = tar_config(pp, 1);
         cfg.batch_bytes = 1 << 16;
         r = pf_tar_open(&tc, &cfg, &tr);
         if (r == PF_OK) {
@@ -1649,10 +1606,9 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
     unsigned char big[300];
     pf_tar_config tc;
     pf_tar *tr = NULL;
-    pf_config cfg = d_config(0, 4, 4 * 128, 1);
+    pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
     logcap lc;
     tnames tn;
-    tcons t;
     FILE *f;
     memset(big, 'A', sizeof big);
     memset(&tn, 0, sizeof tn);
@@ -1691,19 +1647,14 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
         fwrite(zero, 1, sizeof zero, f);
     }
     fclose(f);
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
+    tc = tar_config(pp, 1);
     tc.step = tn_step;
     cap_begin(&lc, &cfg);
     CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
     CHECK_EQ(pf_tar_samples(tr), 4);
     CHECK_EQ(lc.warns, 1);
     CHECK_CONTAINS(lc.text, "has no entry after it");
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, tn_check, &tn, 100), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, tn_check, &tn, 100, NULL);
     pf_tar_close(tr);
     CHECK_EQ(tn.n, 4);
     for (uint32_t i = 0; i < 4 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
@@ -1720,12 +1671,10 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     const char *pp[1] = {path};
     pf_tar_config tc;
     pf_tar *tr = (pf_tar *)1;
-    pf_config cfg = d_config(0, 4, 0, 1);
+    pf_config cfg = t_config_base(0, 4, 0, 1);
     logcap lc;
     FILE *f;
-    memset(&tc, 0, sizeof tc);
-    tc.paths = pp;
-    tc.num_paths = 1;
+    tc = tar_config(pp, 1);
     tmp_begin();
     tmp_path(path, sizeof path, "odd.tar");
     f = fopen(path, "wb");
@@ -1772,43 +1721,29 @@ static int rs_step(void *user, pf_sample *s) {
         wc->bad++;
         pthread_mutex_unlock(&wc->mu);
     }
-    memcpy(s->out, s->data, s->bytes);
-    s->out_bytes = s->bytes;
-    return 0;
+    return r_as_is(s);
 }
 static void test_reader_keeps_your_worker_state(void) {
     char path[300];
     const char *pp[1] = {path};
     pf_records_config rc;
     pf_records *rd = NULL;
-    pf_config cfg = d_config(0, 4, 0, 2);
+    pf_config cfg = t_config_base(0, 4, 0, 2);
     wcount wc;
-    tcons t;
-    memset(&wc, 0, sizeof wc);
-    pthread_mutex_init(&wc.mu, NULL);
+    wc_begin(&wc);
     tmp_begin();
     tmp_path(path, sizeof path, "w.bin");
     write_records(path, 0, 100, 0);
-    memset(&rc, 0, sizeof rc);
-    rc.paths = pp;
-    rc.num_paths = 1;
-    rc.record_bytes = RB;
-    rc.header_bytes = RHDR;
+    rc = r_config(pp, 1);
     rc.step = rs_step;
     rc.user = &wc;
     cfg.user = &wc;
     cfg.worker_init = w_init;
     cfg.worker_stop = w_stop;
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
-    t_begin(&t, h_seed);
-    CHECK_EQ(t_create(&t, &cfg), PF_OK);
-    CHECK_EQ(d_drain(&t, NULL, NULL, 100000), PF_END_OF_DATA);
-    t_end(&t);
+    d_run_all(&cfg, NULL, NULL, 100000, NULL);
     pf_records_close(rd);
-    CHECK(wc.inits >= 1);
-    CHECK_EQ(wc.inits, wc.stops);
-    CHECK_EQ(wc.bad, 0);
-    pthread_mutex_destroy(&wc.mu);
+    wc_end(&wc);
     tmp_end();
 }
 

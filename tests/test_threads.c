@@ -390,25 +390,17 @@ static void phased_log(void *user, int level, const char *msg) {
 }
 
 static pf_config phased_config(phased *p, tcons *c, uint64_t batches) {
-    pf_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    pf_config cfg = t_config_base(batches * 4, 4, 8 * 5, 1);
     cfg.load = phased_load;
     cfg.user = p;
-    cfg.num_samples = batches * 4;
-    cfg.batch_size = 4;
-    cfg.batch_bytes = 8 * 5;
-    cfg.epochs = 1;
     cfg.num_workers = 8;
     cfg.host_slots = 17;
     cfg.autotune = true;
-    cfg.timeout_ms = T_WAIT_MS;
     cfg.log = phased_log;
     cfg.log_user = p;
 #ifdef TEST_SIM
-    cfg.backend = PF_BACKEND_CUDA;
     cfg.stream = c->stream;
 #else
-    cfg.backend = PF_BACKEND_HOST;
     (void)c;
 #endif
     return cfg;

@@ -275,23 +275,31 @@ T_FN void t_cons_init(tcons *c) {
     pthread_mutex_init(&c->mu, NULL);
 }
 
-T_FN pf_config t_config(tload *t, uint64_t n, uint32_t bs, uint32_t epochs) {
+/* The tests' config with no load set: n samples in batches of bs, each slot
+   batch_bytes; the CUDA backend under TEST_SIM, else the host backend. */
+T_FN pf_config t_config_base(uint64_t n, uint32_t bs, size_t batch_bytes, uint32_t epochs) {
     pf_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.load = t_load;
-    cfg.user = t;
     cfg.num_samples = n;
     cfg.batch_size = bs;
-    cfg.batch_bytes = t_batch_bytes(bs);
+    cfg.batch_bytes = batch_bytes;
     cfg.epochs = epochs;
     cfg.num_workers = 3;
     cfg.timeout_ms = T_WAIT_MS;
-    cfg.poison = true; /* a test that reads past job->bytes fails on the host backend too */
 #ifdef TEST_SIM
     cfg.backend = PF_BACKEND_CUDA;
 #else
     cfg.backend = PF_BACKEND_HOST;
 #endif
+    return cfg;
+}
+
+/* ...with t_load writing the pattern t_verify checks */
+T_FN pf_config t_config(tload *t, uint64_t n, uint32_t bs, uint32_t epochs) {
+    pf_config cfg = t_config_base(n, bs, t_batch_bytes(bs), epochs);
+    cfg.load = t_load;
+    cfg.user = t;
+    cfg.poison = true; /* a test that reads past job->bytes fails on the host backend too */
     return cfg;
 }
 
