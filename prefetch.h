@@ -4672,9 +4672,10 @@ static int pf__pread_direct(int fd, unsigned char *buf, size_t bufsize, unsigned
     while (len) {
         uint64_t a0 = off & ~(uint64_t)(PF__RD_ALIGN - 1);
         size_t skew = (size_t)(off - a0), take = len < bufsize - skew ? len : bufsize - skew;
-        size_t span = (skew + take + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
+        size_t need = skew + take; /* the wanted bytes' end in the aligned read */
+        size_t span = (need + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
         long long got = pf__pread_full(fd, buf, span, a0);
-        if (got < (long long)(skew + take)) return -1;
+        if (got < (long long)need) return -1;
         memcpy(dst, buf + skew, take);
         dst += take;
         off += take;
@@ -4926,7 +4927,7 @@ static int pf__rec_load(void *user, pf_job *job) {
     }
     while (i < job->count) {
         uint64_t x = job->indices[i], rec, off;
-        uint32_t f = pf__rec_find(v, x), run = 1, k;
+        uint32_t f = pf__rec_find(v, x), run = 1;
         const pf__rec_file *file = v->files[f];
         if (x >= v->first[v->n])
             return pf_job_fail(job, "pf_records: sample %llu is past the %llu records of epoch %llu",
@@ -4936,13 +4937,16 @@ static int pf__rec_load(void *user, pf_job *job) {
         off = r->c.header_bytes + rec * rb;
         if (!r->rd.step) { /* raw: consecutive records of one file in one read, straight into the slot */
             unsigned char *dst;
+            size_t bytes;
+            uint32_t k;
             while (i + run < job->count && job->indices[i + run] == x + run && x + run < v->first[f + 1]) run++;
+            bytes = (size_t)run * rb;
             dst = (unsigned char *)pf_job_append(job, rb);
             for (k = 1; dst && k < run; k++)
                 if (!pf_job_append(job, rb)) dst = NULL;
             if (!dst) return -1;
-            if (direct ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, (size_t)run * rb, off) != 0
-                       : pf__pread_full(file->fd, dst, (size_t)run * rb, off) != (long long)((size_t)run * rb))
+            if (direct ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, bytes, off) != 0
+                       : pf__pread_full(file->fd, dst, bytes, off) != (long long)bytes)
                 return pf_job_fail(job, "pf_records: short read of %u records at record %llu of %s", (unsigned)run,
                                    (unsigned long long)rec, file->path);
         } else {
@@ -4951,8 +4955,9 @@ static int pf__rec_load(void *user, pf_job *job) {
             smp.data = ws->buf;
             if (direct) {
                 uint64_t a0 = off & ~(uint64_t)(PF__RD_ALIGN - 1);
-                size_t span = ((size_t)(off - a0) + rb + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
-                if (pf__pread_full(file->fd, ws->buf, span, a0) < (long long)((size_t)(off - a0) + rb))
+                size_t need = (size_t)(off - a0) + rb; /* the record's end in the aligned read */
+                size_t span = (need + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
+                if (pf__pread_full(file->fd, ws->buf, span, a0) < (long long)need)
                     return pf_job_fail(job, "pf_records: short read of record %llu of %s", (unsigned long long)rec,
                                        file->path);
                 smp.data = ws->buf + (off - a0);
@@ -5025,7 +5030,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     files = r->c.max_files;
     r->views = (pf__rec_view *)calloc(r->keep, sizeof *r->views);
     r->cache_cap = r->keep * files; /* every view's files, all different at worst */
-    r->cache = (pf__rec_file **)calloc(r->cache_cap, sizeof *r->cache);
+    r->cache = (pf__rec_file **)calloc(r->cache_cap, sizeof(pf__rec_file *)); /* pointers to the files */
     if (!r->views || !r->cache) goto no_memory;
     for (i = 0; i < r->keep; i++) {
         r->views[i].files = (pf__rec_file **)calloc(files, sizeof(pf__rec_file *));
@@ -5041,7 +5046,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     r->rd.step_user = r->c.user;
     r->rd.sample_bytes = r->c.sample_bytes;
     if (r->direct) { /* aligned reads of up to a MiB, or of one record and its edges */
-        size_t need = (r->c.record_bytes + 2 * PF__RD_ALIGN) & ~(size_t)(PF__RD_ALIGN - 1);
+        size_t need = (r->c.record_bytes + 2 * (size_t)PF__RD_ALIGN) & ~(size_t)(PF__RD_ALIGN - 1);
         r->rd.buf_bytes = need > ((size_t)1 << 20) ? need : (size_t)1 << 20;
     } else if (r->c.step) {
         r->rd.buf_bytes = r->c.record_bytes;
@@ -5116,11 +5121,12 @@ static int pf__tok_load(void *user, pf_job *job) {
         off = PF__TOK_HEADER + (k * t->world + t->rank) * t->bt * 2;
         dst = t->rd.step ? ws->buf : (unsigned char *)pf_job_append(job, bytes);
         if (!dst) return -1;
-        if (pf__pread_full(s->fd, dst, bytes, off) != (long long)bytes)
+        if (pf__pread_full(s->fd, dst, bytes, off) != (long long)bytes) {
+            uint64_t tok = (off - PF__TOK_HEADER) / 2, end = tok + t->bt; /* the step's first and last token */
             return pf_job_fail(job, "pf_tokens: %s: short read of step %llu (tokens %llu..%llu of %llu): the shard "
-                               "changed since it was opened", s->path, (unsigned long long)k,
-                               (unsigned long long)((off - PF__TOK_HEADER) / 2),
-                               (unsigned long long)((off - PF__TOK_HEADER) / 2 + t->bt), (unsigned long long)s->ntok);
+                               "changed since it was opened", s->path, (unsigned long long)k, (unsigned long long)tok,
+                               (unsigned long long)end, (unsigned long long)s->ntok);
+        }
         if (t->rd.step) {
             pf_sample smp;
             memset(&smp, 0, sizeof smp);
@@ -5410,7 +5416,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             PF__TAR_BAD("pf_tar_open: %s is truncated: the entry at byte %llu needs %llu bytes of data, the file ends "
                         "at %llu", path, (unsigned long long)pos, (unsigned long long)size, (unsigned long long)fsize);
         if (type == 'L' || type == 'x') {
-            if (size >= PF__TAR_PATH * 4)
+            if (size >= (uint64_t)PF__TAR_PATH * 4)
                 PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long", path,
                             type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos, (unsigned long long)size);
             free(meta);
