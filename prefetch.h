@@ -4637,6 +4637,9 @@ static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
                         (unsigned)smp->i, (unsigned long long)smp->index);
         return -1;
     }
+    /* The step can call pf_job_skip, which moves w->nskip: cppcheck does not
+       see through the callback and thinks the count is still nskip here */
+    /* cppcheck-suppress knownConditionTrueFalse */
     if (w->nskip != nskip) { /* its own sample only: else one sample's bytes would go as another's */
         const uint64_t *bad = w->slot->sm.mem + w->owner->cfg.batch_size + 1;
         if (w->nskip != nskip + 1 || bad[nskip] != smp->i)
@@ -4753,14 +4756,15 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
 /* The file at path, opened once while path names it (refs counted by the
    caller). NULL, and why, when it cannot be opened. */
 static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
-    uint32_t i;
     pf__rec_file *f;
     struct stat st;
     int fd;
-    if (stat(path, &st) == 0) /* else the open below says why */
+    if (stat(path, &st) == 0) { /* else the open below says why */
+        uint32_t i;
         for (i = 0; i < r->ncache; i++)
             if (r->cache[i]->dev == st.st_dev && r->cache[i]->ino == st.st_ino && strcmp(r->cache[i]->path, path) == 0)
                 return r->cache[i];
+    }
     if (r->ncache == r->cache_cap) {
         pf__format(why, n, "too many files open at once (%u) to open %s", (unsigned)r->cache_cap, path);
         return NULL;
@@ -4901,10 +4905,10 @@ static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last fi
    files listed now. Under the lock: a view is written only under it. */
 static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
     pf__rec_view *v = &r->views[epoch % r->keep];
-    char why[PF__MSG_SIZE];
     if (!r->c.path_fn) return &r->views[0];
     pf__lock(&r->mu);
     if (!v->used || v->epoch != epoch) {
+        char why[PF__MSG_SIZE];
         pf__rec_view_clear(r, v);
         pf__rec_build(r, v, epoch, false, why, sizeof why);
     }
