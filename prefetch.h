@@ -4498,6 +4498,21 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
 #endif
 #define PF__RD_ALIGN 4096u /* O_DIRECT: offsets, lengths and buffers */
 
+/* strerror(e) without its shared buffer, which another thread's strerror
+   may overwrite: the text in buf (n bytes), or one of the C library's own.
+   strerror_r comes in two kinds: POSIX's fills buf and returns 0 or an
+   error; glibc's with _GNU_SOURCE (__USE_GNU; g++ defines _GNU_SOURCE)
+   returns the text, in buf or not. */
+#define PF__ERRNO_TEXT 128
+static const char *pf__errno_text(int e, char *buf, size_t n) {
+#if defined(__GLIBC__) && defined(__USE_GNU)
+    return strerror_r(e, buf, n);
+#else
+    if (strerror_r(e, buf, n) != 0) pf__format(buf, n, "errno %d", e);
+    return buf;
+#endif
+}
+
 typedef struct pf__rd {
     pf_step_fn step;
     void *step_user;
@@ -4758,6 +4773,7 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
 static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
     pf__rec_file *f;
     struct stat st;
+    char err[PF__ERRNO_TEXT];
     int fd;
     if (stat(path, &st) == 0) { /* else the open below says why */
         uint32_t i;
@@ -4776,11 +4792,11 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         fd = open(path, O_RDONLY);
     }
     if (fd < 0) {
-        pf__format(why, n, "cannot open %s: %s", path, strerror(errno));
+        pf__format(why, n, "cannot open %s: %s", path, pf__errno_text(errno, err, sizeof err));
         return NULL;
     }
     if (fstat(fd, &st) != 0) { /* what was opened, should path have changed since the stat */
-        pf__format(why, n, "cannot stat %s: %s", path, strerror(errno));
+        pf__format(why, n, "cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
         close(fd);
         return NULL;
     }
@@ -5162,9 +5178,12 @@ static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *
     s->path = pf__strdup(path);
     s->fd = open(path, O_RDONLY);
     if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
-    if (s->fd < 0 || fstat(s->fd, &st) != 0)
-        return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path, strerror(errno)),
+    if (s->fd < 0 || fstat(s->fd, &st) != 0) {
+        char err[PF__ERRNO_TEXT];
+        return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path,
+                           pf__errno_text(errno, err, sizeof err)),
                 PF_ERR_INVALID_ARG);
+    }
     if (pf__pread_full(s->fd, h, sizeof h, 0) != (long long)sizeof h)
         return (pf__format(why, n, "pf_tokens_open: shard %s is %lld bytes, shorter than its %u-byte header", path,
                            (long long)st.st_size, PF__TOK_HEADER), PF_ERR_INVALID_ARG);
@@ -5384,7 +5403,10 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         res = PF_ERR_NO_MEMORY;
         goto done;
     }
-    if (fstat(fd, &st) != 0) PF__TAR_BAD("pf_tar_open: cannot stat %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        char err[PF__ERRNO_TEXT];
+        PF__TAR_BAD("pf_tar_open: cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
+    }
     fsize = (uint64_t)st.st_size;
     for (;;) {
         unsigned char h[512];
@@ -5630,7 +5652,8 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         }
         t->fds[i] = open(tc->paths[i], O_RDONLY);
         if (t->fds[i] < 0) {
-            pf__format(why, n, "pf_tar_open: cannot open %s: %s", tc->paths[i], strerror(errno));
+            char err[PF__ERRNO_TEXT];
+            pf__format(why, n, "pf_tar_open: cannot open %s: %s", tc->paths[i], pf__errno_text(errno, err, sizeof err));
             res = PF_ERR_INVALID_ARG;
             break;
         }
