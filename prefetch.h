@@ -4498,6 +4498,21 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
 #endif
 #define PF__RD_ALIGN 4096u /* O_DIRECT: offsets, lengths and buffers */
 
+/* strerror(e) without its shared buffer, which another thread's strerror
+   may overwrite: the text in buf (n bytes), or one of the C library's own.
+   strerror_r comes in two kinds: POSIX's fills buf and returns 0 or an
+   error; glibc's with _GNU_SOURCE (__USE_GNU; g++ defines _GNU_SOURCE)
+   returns the text, in buf or not. */
+#define PF__ERRNO_TEXT 128
+static const char *pf__errno_text(int e, char *buf, size_t n) {
+#if defined(__GLIBC__) && defined(__USE_GNU)
+    return strerror_r(e, buf, n);
+#else
+    if (strerror_r(e, buf, n) != 0) pf__format(buf, n, "errno %d", e);
+    return buf;
+#endif
+}
+
 typedef struct pf__rd {
     pf_step_fn step;
     void *step_user;
@@ -4637,6 +4652,9 @@ static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
                         (unsigned)smp->i, (unsigned long long)smp->index);
         return -1;
     }
+    /* The step can call pf_job_skip, which moves w->nskip: cppcheck does not
+       see through the callback and thinks the count is still nskip here */
+    /* cppcheck-suppress knownConditionTrueFalse */
     if (w->nskip != nskip) { /* its own sample only: else one sample's bytes would go as another's */
         const uint64_t *bad = w->slot->sm.mem + w->owner->cfg.batch_size + 1;
         if (w->nskip != nskip + 1 || bad[nskip] != smp->i)
@@ -4672,9 +4690,10 @@ static int pf__pread_direct(int fd, unsigned char *buf, size_t bufsize, unsigned
     while (len) {
         uint64_t a0 = off & ~(uint64_t)(PF__RD_ALIGN - 1);
         size_t skew = (size_t)(off - a0), take = len < bufsize - skew ? len : bufsize - skew;
-        size_t span = (skew + take + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
+        size_t need = skew + take; /* the wanted bytes' end in the aligned read */
+        size_t span = (need + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
         long long got = pf__pread_full(fd, buf, span, a0);
-        if (got < (long long)(skew + take)) return -1;
+        if (got < (long long)need) return -1;
         memcpy(dst, buf + skew, take);
         dst += take;
         off += take;
@@ -4752,14 +4771,16 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
 /* The file at path, opened once while path names it (refs counted by the
    caller). NULL, and why, when it cannot be opened. */
 static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
-    uint32_t i;
     pf__rec_file *f;
     struct stat st;
+    char err[PF__ERRNO_TEXT];
     int fd;
-    if (stat(path, &st) == 0) /* else the open below says why */
+    if (stat(path, &st) == 0) { /* else the open below says why */
+        uint32_t i;
         for (i = 0; i < r->ncache; i++)
             if (r->cache[i]->dev == st.st_dev && r->cache[i]->ino == st.st_ino && strcmp(r->cache[i]->path, path) == 0)
                 return r->cache[i];
+    }
     if (r->ncache == r->cache_cap) {
         pf__format(why, n, "too many files open at once (%u) to open %s", (unsigned)r->cache_cap, path);
         return NULL;
@@ -4771,11 +4792,11 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         fd = open(path, O_RDONLY);
     }
     if (fd < 0) {
-        pf__format(why, n, "cannot open %s: %s", path, strerror(errno));
+        pf__format(why, n, "cannot open %s: %s", path, pf__errno_text(errno, err, sizeof err));
         return NULL;
     }
     if (fstat(fd, &st) != 0) { /* what was opened, should path have changed since the stat */
-        pf__format(why, n, "cannot stat %s: %s", path, strerror(errno));
+        pf__format(why, n, "cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
         close(fd);
         return NULL;
     }
@@ -4900,10 +4921,10 @@ static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last fi
    files listed now. Under the lock: a view is written only under it. */
 static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
     pf__rec_view *v = &r->views[epoch % r->keep];
-    char why[PF__MSG_SIZE];
     if (!r->c.path_fn) return &r->views[0];
     pf__lock(&r->mu);
     if (!v->used || v->epoch != epoch) {
+        char why[PF__MSG_SIZE];
         pf__rec_view_clear(r, v);
         pf__rec_build(r, v, epoch, false, why, sizeof why);
     }
@@ -4926,7 +4947,7 @@ static int pf__rec_load(void *user, pf_job *job) {
     }
     while (i < job->count) {
         uint64_t x = job->indices[i], rec, off;
-        uint32_t f = pf__rec_find(v, x), run = 1, k;
+        uint32_t f = pf__rec_find(v, x), run = 1;
         const pf__rec_file *file = v->files[f];
         if (x >= v->first[v->n])
             return pf_job_fail(job, "pf_records: sample %llu is past the %llu records of epoch %llu",
@@ -4936,13 +4957,16 @@ static int pf__rec_load(void *user, pf_job *job) {
         off = r->c.header_bytes + rec * rb;
         if (!r->rd.step) { /* raw: consecutive records of one file in one read, straight into the slot */
             unsigned char *dst;
+            size_t bytes;
+            uint32_t k;
             while (i + run < job->count && job->indices[i + run] == x + run && x + run < v->first[f + 1]) run++;
+            bytes = (size_t)run * rb;
             dst = (unsigned char *)pf_job_append(job, rb);
             for (k = 1; dst && k < run; k++)
                 if (!pf_job_append(job, rb)) dst = NULL;
             if (!dst) return -1;
-            if (direct ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, (size_t)run * rb, off) != 0
-                       : pf__pread_full(file->fd, dst, (size_t)run * rb, off) != (long long)((size_t)run * rb))
+            if (direct ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, bytes, off) != 0
+                       : pf__pread_full(file->fd, dst, bytes, off) != (long long)bytes)
                 return pf_job_fail(job, "pf_records: short read of %u records at record %llu of %s", (unsigned)run,
                                    (unsigned long long)rec, file->path);
         } else {
@@ -4951,8 +4975,9 @@ static int pf__rec_load(void *user, pf_job *job) {
             smp.data = ws->buf;
             if (direct) {
                 uint64_t a0 = off & ~(uint64_t)(PF__RD_ALIGN - 1);
-                size_t span = ((size_t)(off - a0) + rb + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
-                if (pf__pread_full(file->fd, ws->buf, span, a0) < (long long)((size_t)(off - a0) + rb))
+                size_t need = (size_t)(off - a0) + rb; /* the record's end in the aligned read */
+                size_t span = (need + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);
+                if (pf__pread_full(file->fd, ws->buf, span, a0) < (long long)need)
                     return pf_job_fail(job, "pf_records: short read of record %llu of %s", (unsigned long long)rec,
                                        file->path);
                 smp.data = ws->buf + (off - a0);
@@ -5025,7 +5050,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     files = r->c.max_files;
     r->views = (pf__rec_view *)calloc(r->keep, sizeof *r->views);
     r->cache_cap = r->keep * files; /* every view's files, all different at worst */
-    r->cache = (pf__rec_file **)calloc(r->cache_cap, sizeof *r->cache);
+    r->cache = (pf__rec_file **)calloc(r->cache_cap, sizeof(pf__rec_file *)); /* pointers to the files */
     if (!r->views || !r->cache) goto no_memory;
     for (i = 0; i < r->keep; i++) {
         r->views[i].files = (pf__rec_file **)calloc(files, sizeof(pf__rec_file *));
@@ -5041,7 +5066,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     r->rd.step_user = r->c.user;
     r->rd.sample_bytes = r->c.sample_bytes;
     if (r->direct) { /* aligned reads of up to a MiB, or of one record and its edges */
-        size_t need = (r->c.record_bytes + 2 * PF__RD_ALIGN) & ~(size_t)(PF__RD_ALIGN - 1);
+        size_t need = (r->c.record_bytes + 2 * (size_t)PF__RD_ALIGN) & ~(size_t)(PF__RD_ALIGN - 1);
         r->rd.buf_bytes = need > ((size_t)1 << 20) ? need : (size_t)1 << 20;
     } else if (r->c.step) {
         r->rd.buf_bytes = r->c.record_bytes;
@@ -5116,11 +5141,12 @@ static int pf__tok_load(void *user, pf_job *job) {
         off = PF__TOK_HEADER + (k * t->world + t->rank) * t->bt * 2;
         dst = t->rd.step ? ws->buf : (unsigned char *)pf_job_append(job, bytes);
         if (!dst) return -1;
-        if (pf__pread_full(s->fd, dst, bytes, off) != (long long)bytes)
+        if (pf__pread_full(s->fd, dst, bytes, off) != (long long)bytes) {
+            uint64_t tok = (off - PF__TOK_HEADER) / 2, end = tok + t->bt; /* the step's first and last token */
             return pf_job_fail(job, "pf_tokens: %s: short read of step %llu (tokens %llu..%llu of %llu): the shard "
-                               "changed since it was opened", s->path, (unsigned long long)k,
-                               (unsigned long long)((off - PF__TOK_HEADER) / 2),
-                               (unsigned long long)((off - PF__TOK_HEADER) / 2 + t->bt), (unsigned long long)s->ntok);
+                               "changed since it was opened", s->path, (unsigned long long)k, (unsigned long long)tok,
+                               (unsigned long long)end, (unsigned long long)s->ntok);
+        }
         if (t->rd.step) {
             pf_sample smp;
             memset(&smp, 0, sizeof smp);
@@ -5152,9 +5178,12 @@ static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *
     s->path = pf__strdup(path);
     s->fd = open(path, O_RDONLY);
     if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
-    if (s->fd < 0 || fstat(s->fd, &st) != 0)
-        return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path, strerror(errno)),
+    if (s->fd < 0 || fstat(s->fd, &st) != 0) {
+        char err[PF__ERRNO_TEXT];
+        return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path,
+                           pf__errno_text(errno, err, sizeof err)),
                 PF_ERR_INVALID_ARG);
+    }
     if (pf__pread_full(s->fd, h, sizeof h, 0) != (long long)sizeof h)
         return (pf__format(why, n, "pf_tokens_open: shard %s is %lld bytes, shorter than its %u-byte header", path,
                            (long long)st.st_size, PF__TOK_HEADER), PF_ERR_INVALID_ARG);
@@ -5374,7 +5403,10 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         res = PF_ERR_NO_MEMORY;
         goto done;
     }
-    if (fstat(fd, &st) != 0) PF__TAR_BAD("pf_tar_open: cannot stat %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        char err[PF__ERRNO_TEXT];
+        PF__TAR_BAD("pf_tar_open: cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
+    }
     fsize = (uint64_t)st.st_size;
     for (;;) {
         unsigned char h[512];
@@ -5410,7 +5442,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             PF__TAR_BAD("pf_tar_open: %s is truncated: the entry at byte %llu needs %llu bytes of data, the file ends "
                         "at %llu", path, (unsigned long long)pos, (unsigned long long)size, (unsigned long long)fsize);
         if (type == 'L' || type == 'x') {
-            if (size >= PF__TAR_PATH * 4)
+            if (size >= (uint64_t)PF__TAR_PATH * 4)
                 PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long", path,
                             type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos, (unsigned long long)size);
             free(meta);
@@ -5620,7 +5652,8 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         }
         t->fds[i] = open(tc->paths[i], O_RDONLY);
         if (t->fds[i] < 0) {
-            pf__format(why, n, "pf_tar_open: cannot open %s: %s", tc->paths[i], strerror(errno));
+            char err[PF__ERRNO_TEXT];
+            pf__format(why, n, "pf_tar_open: cannot open %s: %s", tc->paths[i], pf__errno_text(errno, err, sizeof err));
             res = PF_ERR_INVALID_ARG;
             break;
         }

@@ -1219,6 +1219,7 @@ static void test_tokens_bad_shards_are_named(void) {
     tc.B = 2;
     pp[0] = "/nonexistent/x.bin";
     expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "cannot open shard /nonexistent/x.bin");
+    CHECK_CONTAINS(pf_error(NULL), strerror(ENOENT)); /* the C library's words for why */
     expect_open_error(pf_tokens_open(NULL, &cfg, &tk), "its config is NULL");
     expect_open_error(pf_tokens_open(&tc, NULL, &tk), "cfg is NULL");
     /* a rank past the world, whatever the world (the reader resets both, so
@@ -1277,6 +1278,7 @@ static void test_records_bad_input_is_named(void) {
     cfg = t_config_base(0, 4, 0, 1);
     pp[0] = "/nonexistent/r.bin";
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "cannot open /nonexistent/r.bin");
+    CHECK_CONTAINS(pf_error(NULL), strerror(ENOENT));
     CHECK(cfg.load == NULL && cfg.user == NULL);
     tmp_end();
 }
@@ -1478,6 +1480,7 @@ static void test_tar_corrupt_and_truncated_are_named(void) {
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "hold no file");
     pp[0] = "/nonexistent.tar";
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "cannot open /nonexistent.tar");
+    CHECK_CONTAINS(pf_error(NULL), strerror(ENOENT));
     {   /* a step without sample_bytes and without batch_bytes */
         tc.step = t_step;
         pp[0] = path;
