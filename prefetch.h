@@ -2770,7 +2770,8 @@ static void pf__cuda_destroy(pf_loader *l) {
     pf__cuda *cu = &l->cu;
     pf__ctx_saved sv;
     uint32_t d;
-    cudaError_t e = pf__cuda_enter(l, &sv);
+    /* a pending error of the caller's is theirs to read: clear only ours */
+    cudaError_t theirs = cudaPeekAtLastError(), e = pf__cuda_enter(l, &sv);
     (void)e; /* even without the device, free what we can */
     if (cu->copy) (void)cudaStreamSynchronize(cu->copy);
     if (cu->drain && l->st_batches && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
@@ -2790,7 +2791,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     if (cu->dev) (void)cudaFree(cu->dev);
     if (cu->pinned) (void)cudaFreeHost(cu->pinned);
     for (d = 0; d < l->ngrown; d++) (void)cudaFreeHost(l->grown[d]); /* autotune's growth (>>autotune) */
-    (void)cudaGetLastError();
+    if (cudaPeekAtLastError() != theirs) (void)cudaGetLastError(); /* one of the calls above failed */
     pf__cuda_leave(l, &sv);
     pf__cuda_ctx_release(cu);
 }

@@ -1285,6 +1285,58 @@ static void check_caller_state_kept(int old_driver) {
    cudaGetDevice and the context stack read the same after every call. */
 static void test_caller_state_kept_after_every_call(void) { check_caller_state_kept(0); }
 
+/* A pending (non-sticky) error of the caller's survives every public call:
+   it is the caller's to read with cudaGetLastError. pf_destroy used to
+   clear it unconditionally. */
+static void pend_error(void) {
+    void *p;
+    cudaSimFailNth("cudaMalloc", 1, cudaErrorMemoryAllocation, 0);
+    CHECK(cudaMalloc(&p, 16) == cudaErrorMemoryAllocation);
+}
+static void still_pending(const char *after) {
+    cudaError_t e = cudaGetLastError();
+    CHECKF(e == cudaErrorMemoryAllocation, "after %s the caller's pending error is %s", after, cudaGetErrorName(e));
+}
+
+static void test_caller_pending_error_kept(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    pf_stats st;
+    char tok[512];
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 40, 4, 1);
+    cfg.device_slots = 2;
+    pend_error();
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    still_pending("pf_create");
+    for (int i = 0; i < 3; i++) {
+        pend_error();
+        CHECK_EQ(t_next(&c, &b), PF_OK);
+        still_pending("pf_next");
+        pend_error();
+        pf_get_stats(c.l, &st);
+        still_pending("pf_get_stats");
+        pend_error();
+        CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
+        still_pending("pf_checkpoint");
+        pend_error();
+        CHECK_EQ(pf_batch_wait(c.l, &b), PF_OK);
+        still_pending("pf_batch_wait");
+        pend_error();
+        t_release(&c, &b);
+        still_pending("pf_release");
+    }
+    pend_error();
+    pf_destroy(c.l);
+    c.l = NULL;
+    still_pending("pf_destroy");
+    t_end(&c);
+    t_load_free(&t);
+}
+
 /* The same where the driver answers "symbol not found" for the primary-
    context calls: the fallback keeps the context rule (no context on device
    0, none left current), and a chosen device. */
@@ -2082,6 +2134,7 @@ static const h_test tests[] = {
     {"next_racing_a_release_is_not_invalid_state", test_next_racing_a_release_is_not_invalid_state},
     {"torchrun_rank_no_context_on_device_0", test_torchrun_rank_creates_no_context_on_device_0},
     {"caller_state_kept_after_every_call", test_caller_state_kept_after_every_call},
+    {"caller_pending_error_kept", test_caller_pending_error_kept},
     {"caller_state_kept_with_an_old_driver", test_caller_state_kept_with_an_old_driver},
     {"load_runs_on_the_loaders_device", test_load_runs_on_the_loaders_device},
     {"batch_wait_after_the_slot_was_reused", test_batch_wait_after_the_slot_was_reused},

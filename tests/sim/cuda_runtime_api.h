@@ -75,6 +75,7 @@ typedef void(CUDART_CB *cudaHostFn_t)(void *userData);
 const char *cudaGetErrorString(cudaError_t error);
 const char *cudaGetErrorName(cudaError_t error);
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaDriverGetVersion(int *driverVersion);
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion);

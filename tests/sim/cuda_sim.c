@@ -726,6 +726,18 @@ cudaError_t cudaGetLastError(void) {
     return e;
 }
 
+/* DOC (cudaPeekAtLastError): "Returns the last error that has been produced
+   by any of the runtime calls in the same instance of the CUDA Runtime
+   library in the host thread. This call does not reset the error to
+   cudaSuccess like cudaGetLastError()." */
+cudaError_t cudaPeekAtLastError(void) {
+    cudaError_t f;
+    pthread_mutex_lock(&g.mu);
+    f = tls_ctx >= 0 ? g.fault[tls_ctx] : cudaSuccess;
+    pthread_mutex_unlock(&g.mu);
+    return f != cudaSuccess ? f : tls_last;
+}
+
 #define BEGIN(f)                      \
     cudaError_t e_;                   \
     pthread_mutex_lock(&g.mu);        \
