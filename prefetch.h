@@ -931,6 +931,13 @@ static void pf__format(char *dst, size_t size, const char *fmt, ...) {
 }
 
 static PF__THREAD_LOCAL char pf__create_error[PF__MSG_SIZE];
+/* A reader's num_samples_fn that cannot size an epoch (a growing file list
+   that lists nothing readable) says why here and returns PF__PLAN_FAILED:
+   the epoch then fails with PF_ERR_LOAD and that message once every batch
+   planned before it was delivered (see pf__plan_next). Per thread: the
+   planner calls the function on the worker that plans. */
+static PF__THREAD_LOCAL char pf__plan_why[PF__MSG_SIZE];
+#define PF__PLAN_FAILED UINT64_MAX
 
 static void *pf__malloc_default(size_t size, void *user) {
     (void)user;
@@ -1721,6 +1728,7 @@ static void pf__plan_next(pf_loader *l) {
         n = l->rs.n;
     } else if (l->cfg.num_samples_fn) {
         pf__unlock_wake(l);
+        pf__plan_why[0] = '\0';
         n = l->cfg.num_samples_fn(l->cfg.user, e);
         pf__lock(&l->mu);
     } else {
@@ -1728,6 +1736,11 @@ static void pf__plan_next(pf_loader *l) {
     }
     l->planning = false;
     pf__wake_all_workers(l);
+    if (n == PF__PLAN_FAILED && pf__plan_why[0]) { /* a reader could not size it: due as below */
+        pf__set_error(l, PF_ERR_LOAD, PF__BY_PLANNING, false, e, 0, "%s", pf__plan_why);
+        pf__wake_takers(l);
+        return;
+    }
     if (n > PF__MAX_SAMPLES) { /* due once every batch planned before it was taken */
         pf__set_error(l, PF_ERR_INVALID_ARG, PF__BY_PLANNING, false, e, 0,
                       "cfg.num_samples_fn returned %llu for epoch %llu: must be 0 .. 2^62", (unsigned long long)n,
@@ -4883,12 +4896,6 @@ static void pf__rec_empty_why(const pf_records *r, const pf__rec_view *v, char *
                    (unsigned long long)r->c.record_bytes, (unsigned long long)r->c.header_bytes);
 }
 
-/* Samples an epoch without a record claims: at least one batch on every
-   rank of any config, so its first batch reaches a load, which fails
-   naming the epoch (an empty epoch instead would end at once, and with
-   epochs = 0 a loop would spin on PF_END_OF_EPOCH for ever). */
-#define PF__REC_EMPTY ((uint64_t)PF__MAX_BATCH_SIZE * PF__MAX_WORLD)
-
 /* cfg.num_samples_fn for a growing list: this epoch's view. */
 static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf_records *r = (pf_records *)user;
@@ -4903,7 +4910,10 @@ static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf__unlock(&r->mu);
     if (total) return total;
     pf__rd_log(&r->rd, PF_LOG_WARN, "%s: pf_next fails (PF_ERR_LOAD) at that epoch", why);
-    return PF__REC_EMPTY;
+    /* an error, not an empty epoch: that would end at once, and with
+       epochs = 0 a loop would spin on PF_END_OF_EPOCH for ever */
+    pf__format(pf__plan_why, sizeof pf__plan_why, "%s", why);
+    return PF__PLAN_FAILED;
 }
 
 static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last file whose first <= x */

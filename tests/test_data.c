@@ -1014,6 +1014,11 @@ static void test_records_epoch_without_files_is_an_error(void) {
         }
         CHECKF(r == PF_ERR_LOAD, "mode %d: %s", empty_mode, pf_result_string(r));
         CHECK_CONTAINS(pf_error(t.l), want[empty_mode]);
+        { /* the failed epoch has no size: no made-up one reaches a token */
+            char tok[512];
+            CHECK_EQ(pf_checkpoint(t.l, tok, sizeof tok), PF_OK);
+            CHECK_CONTAINS(tok, " n=- ");
+        }
         CHECK_EQ(batches, empty_mode == 3 ? 0 : 10); /* epochs 0 and 1 whole: 5 batches each */
         CHECK_EQ(ends, empty_mode == 3 ? 0 : 2);
         t_end(&t);
