@@ -3448,9 +3448,9 @@ static bool pf__checkpoint_n(const pf_loader *l, uint64_t *n) {
     if (!l->cfg.num_samples_fn) return *n = l->cfg.num_samples, true;
     p = pf__plan_find((pf_loader *)l, l->cons_epoch); /* planned, not yet delivered from */
     if (p) return *n = p->n, true;
-    /* CUDA: the stager may have taken the whole epoch and retired its plan */
+    /* CUDA: the stager may have taken the whole epoch and retired its plan.
+       false: not planned yet; resuming asks num_samples_fn, as the run would have */
     return PF__BACKEND(l, pf__staged_epoch_n)(l, n);
-    /* false: not planned yet; resuming asks num_samples_fn, as the run would have */
 }
 
 /* Append to buf (as much as fits) and count the full length in *len, so
@@ -3549,6 +3549,10 @@ static const char *pf__shown(const char *p, char *dst, size_t size) {
 
 static bool pf__token_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
 
+/* The token's refusals, in pf__read_token and pf__parse_resume: the
+   message into why, PF_ERR_INVALID_ARG out. */
+#define PF__RBAD(...) return (pf__format(why, wn, __VA_ARGS__), PF_ERR_INVALID_ARG)
+
 /* Split a token into its fields: each once, numbers strictly decimal.
    Fields are separated by blanks; a trailing newline (a token read back
    with fgets) is a blank too. */
@@ -3559,7 +3563,6 @@ static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t
     const char *p = tok;
     char shown[24];
     int i;
-#define PF__RBAD(...) return (pf__format(why, wn, __VA_ARGS__), PF_ERR_INVALID_ARG)
     memset(t, 0, sizeof *t);
     if (strncmp(p, PF__TOKEN_MAGIC " ", 4) != 0)
         PF__RBAD("cfg.resume is not a prefetch.h checkpoint token (it should start \"" PF__TOKEN_MAGIC " \")");
@@ -3820,7 +3823,10 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
     for (i = 0; i < l->rs.nskip; i++) l->ck_done[l->rs.skip[i] % l->ck_win] = 1;
 }
 
-static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **out, char *why, size_t n) {
+/* rs0: the token pf_create read (its done list counted, not stored), or
+   NULL; it sizes the done set and the skip list. */
+static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend backend, pf_loader **out, char *why,
+                           size_t n) {
     pf__layout lay = {0, false};
     size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples, o_grown;
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
@@ -3828,8 +3834,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     /* unordered: the lead cap and done set span what this backend can have
        in flight (a host slot or a device slot each), or the token's done
        list if it reaches further (it was written with more slots) */
-    uint32_t ck_win = nslots + dslots;
-    pf__resume rs0;
+    uint32_t ck_win = nslots + dslots, nskip = rs0 ? rs0->nskip : 0;
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
     unsigned char *base;
     pf_loader *l;
@@ -3838,9 +3843,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
            o_markseq = 0;
     uint32_t fifo_cap = dslots + plan_cap + 2;
 #endif
-    memset(&rs0, 0, sizeof rs0);
-    if (c->resume && pf__parse_resume(c, c->resume, &rs0, 0, why, n) != PF_OK) return PF_ERR_INVALID_ARG;
-    if (rs0.nskip && rs0.skip_max - rs0.batch >= ck_win) ck_win = (uint32_t)(rs0.skip_max - rs0.batch + 1);
+    if (nskip && rs0->skip_max - rs0->batch >= ck_win) ck_win = (uint32_t)(rs0->skip_max - rs0->batch + 1);
     pf__reserve(&lay, 1, sizeof(pf_loader));
     o_slots = pf__reserve(&lay, nslots, sizeof(pf__slot));
     o_free = pf__reserve(&lay, nslots, sizeof(uint32_t));
@@ -3853,7 +3856,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     o_plans = pf__reserve(&lay, plan_cap, sizeof(pf__plan));
     o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
     o_ckdone = pf__reserve(&lay, ck_win, 1);
-    o_skip = pf__reserve(&lay, rs0.nskip, sizeof(uint64_t));
+    o_skip = pf__reserve(&lay, nskip, sizeof(uint64_t));
     o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
     o_grown = pf__reserve(&lay, nslots, sizeof(void *));
 #ifdef PREFETCH_CUDA
@@ -3898,7 +3901,7 @@ static pf_result pf__build(const pf_config *c, pf_backend backend, pf_loader **o
     l->ck_done = base + o_ckdone;
     l->ck_win = ck_win;
     l->rs.skip = (uint64_t *)(base + o_skip);
-    l->rs.nskip = rs0.nskip;
+    l->rs.nskip = nskip;
     l->grown = (void **)(base + o_grown);
     /* autotune: memory for the ring one worker needs; it grows with them */
     l->nalloc = c->autotune ? pf__ring_slots(1, c->batch_bytes) : nslots;
@@ -4024,6 +4027,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     pf_config c;
     pf_backend backend = PF_BACKEND_HOST;
     pf_loader *l = NULL;
+    pf__resume rs;
     pf_result r;
     why[0] = '\0';
     if (!out) return (pf__format(why, n, "pf_create: out is NULL"), PF_ERR_INVALID_ARG);
@@ -4032,9 +4036,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     c = pf_config_defaults(cfg);
     r = pf__check_config(cfg, &c, why, n);
     if (r != PF_OK) return r;
-    if (c.resume) { /* checked before anything is allocated; read again into the loader */
-        pf__resume rs;
-        memset(&rs, 0, sizeof rs);
+    memset(&rs, 0, sizeof rs);
+    if (c.resume) { /* checked before anything is allocated; read again into the loader (pf__resume_at) */
         r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
         if (r != PF_OK) return r;
     }
@@ -4070,7 +4073,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         if (r != PF_OK) return r;
     }
 #endif
-    r = pf__build(&c, backend, &l, why, n);
+    r = pf__build(&c, c.resume ? &rs : NULL, backend, &l, why, n);
     if (r == PF_ERR_NO_DEVICE && backend == PF_BACKEND_CUDA && c.backend == PF_BACKEND_DEFAULT) {
         /* counted but not usable: e.g. exclusive-process mode, held by
            another process (cudaSetDevice says so, cudaGetDeviceCount not) */
@@ -4079,7 +4082,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         r = pf__host_fallback(&c, why, n);
         if (r != PF_OK) return r;
         backend = PF_BACKEND_HOST;
-        r = pf__build(&c, backend, &l, why, n);
+        r = pf__build(&c, c.resume ? &rs : NULL, backend, &l, why, n);
     }
     if (r == PF_OK) r = pf__start(l, why, n);
     if (r != PF_OK) {
