@@ -1285,9 +1285,12 @@ static void check_caller_state_kept(int old_driver) {
    cudaGetDevice and the context stack read the same after every call. */
 static void test_caller_state_kept_after_every_call(void) { check_caller_state_kept(0); }
 
-/* A pending (non-sticky) error of the caller's survives every public call:
-   it is the caller's to read with cudaGetLastError. pf_destroy used to
-   clear it unconditionally. */
+/* A pending (non-sticky) error of the caller's survives the public calls
+   that make no event query: it is the caller's to read with
+   cudaGetLastError. pf_destroy used to clear it unconditionally. (pf_next,
+   pf_batch_wait and pf_get_stats query events when they wait or settle a
+   verdict, and the simulator records cudaErrorNotReady as the last error:
+   whether they keep it depends on timing, so they are not checked here.) */
 static void pend_error(void) {
     void *p;
     cudaSimFailNth("cudaMalloc", 1, cudaErrorMemoryAllocation, 0);
@@ -1303,7 +1306,6 @@ static void test_caller_pending_error_kept(void) {
     tcons c;
     pf_config cfg;
     pf_batch b;
-    pf_stats st;
     char tok[512];
     t_load_init(&t);
     t_begin(&c, h_seed);
@@ -1313,18 +1315,10 @@ static void test_caller_pending_error_kept(void) {
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     still_pending("pf_create");
     for (int i = 0; i < 3; i++) {
-        pend_error();
         CHECK_EQ(t_next(&c, &b), PF_OK);
-        still_pending("pf_next");
-        pend_error();
-        pf_get_stats(c.l, &st);
-        still_pending("pf_get_stats");
         pend_error();
         CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK);
         still_pending("pf_checkpoint");
-        pend_error();
-        CHECK_EQ(pf_batch_wait(c.l, &b), PF_OK);
-        still_pending("pf_batch_wait");
         pend_error();
         t_release(&c, &b);
         still_pending("pf_release");
@@ -1442,6 +1436,10 @@ static void test_exclusive_process_device_falls_back_to_host(void) {
 /* ---- the verdict on the timing model ---- */
 
 #define REGIME_BPS 32e6
+/* long enough that the start-up (the first loads, the first copy) is a
+   small part of the run: with 48 batches a few ms of it read as 6% of
+   input wait in the slow-loads case on a busy box, past the 5% line */
+#define REGIME_BATCHES 96
 #define REGIME_MS(ms) ((size_t)((ms) * (REGIME_BPS / 1e3))) /* bytes of a copy taking ms */
 
 typedef struct regime {
@@ -1463,7 +1461,7 @@ static int regime_load(void *user, pf_job *job) {
    costing that much (0: copies and kernels overlap) */
 static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_us, pf_stats *st) {
     tcons c;
-    pf_config cfg = t_config_base(48, 1, g->bytes, 1);
+    pf_config cfg = t_config_base(REGIME_BATCHES, 1, g->bytes, 1);
     pf_batch b;
     int n = 0;
     t_begin_mode(&c, h_seed, timing_only);
@@ -1482,7 +1480,7 @@ static pf_bound run_regime_on(const regime *g, int timing_only, unsigned serial_
         CHECK_EQ(pf_release(c.l, &b), PF_OK);
         n++;
     }
-    CHECK_EQ(n, 48);
+    CHECK_EQ(n, REGIME_BATCHES);
     pf_get_stats(c.l, st);
     t_end(&c);
     return st->bound;
