@@ -1885,6 +1885,47 @@ static void test_pf_next_never_waits_for_the_copy_on_the_host(void) {
     t_load_free(&t);
 }
 
+/* The consumer's CUDA calls per batch: a batch whose copy landed before
+   pf_next took it cannot be waited for, so it gets no timing marks (two
+   timed records, 3 us on an H100); its stream wait stays (the fault path
+   needs a call). One still copying gets both marks around the wait. */
+static void test_landed_batch_gets_no_marks(void) {
+    for (int slow = 0; slow < 2; slow++) {
+        tload t;
+        tcons c;
+        pf_config cfg;
+        pf_batch b[3];
+        pf_stats st;
+        double until = h_now() + 60;
+        int rec, waits;
+        t_load_init(&t);
+        t_begin(&c, h_seed);
+        cfg = t_config(&t, 9, 3, 1); /* three batches, three device slots */
+        cfg.device_slots = 3;
+        /* slow: a copy takes 300 ms, and pf_next returns as soon as the
+           batch is staged, long before that */
+        if (slow) cudaSimSetTiming((double)cfg.batch_bytes / 0.3);
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        while (!slow) { /* bounded: all three copies land and are retired */
+            pf_get_stats(c.l, &st);
+            if ((st.device_ready == 3 && st.copying_slots == 0) || h_now() > until) break;
+            t_sleep_us(1000);
+        }
+        CHECK(slow || (st.device_ready == 3 && st.copying_slots == 0));
+        for (int i = 0; i < 3; i++) {
+            rec = cudaSimThreadCalls("cudaEventRecord");
+            waits = cudaSimThreadCalls("cudaStreamWaitEvent");
+            CHECK_EQ(pf_next(c.l, &b[i]), PF_OK);
+            CHECK_EQ(b[i].batch, (uint64_t)i);
+            CHECK_EQ(cudaSimThreadCalls("cudaEventRecord") - rec, slow ? 2 : 0);
+            CHECK_EQ(cudaSimThreadCalls("cudaStreamWaitEvent") - waits, 1);
+        }
+        for (int i = 0; i < 3; i++) CHECK_EQ(pf_release(c.l, &b[i]), PF_OK);
+        t_end(&c); /* and no race either way */
+        t_load_free(&t);
+    }
+}
+
 static void test_batch_wait_lands_the_copy_for_the_host(void) {
     tload t;
     tcons c;
@@ -2149,6 +2190,7 @@ static const h_test tests[] = {
     {"memory_exact_and_flags", test_memory_exact_and_flags},
     {"pf_next_never_waits_on_the_host", test_pf_next_never_waits_for_the_copy_on_the_host},
     {"batch_wait_lands_the_copy", test_batch_wait_lands_the_copy_for_the_host},
+    {"landed_batch_gets_no_marks", test_landed_batch_gets_no_marks},
     {"runtime_cuda_failures_surface", test_runtime_cuda_failures_surface_from_pf_next},
     {"every_create_call_can_fail_cleanly", test_every_create_call_can_fail_cleanly},
     {"many_seeds_no_race_no_wrong_batch", test_many_seeds_no_race_no_wrong_batch},
