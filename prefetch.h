@@ -1073,8 +1073,18 @@ enum {
     PF__SLOT_READY,   /* filled (or failed), waiting to be taken      */
     PF__SLOT_HELD,    /* host backend: the consumer has it            */
     PF__SLOT_STAGING, /* CUDA: taken by the stager, waiting for a device slot */
-    PF__SLOT_COPYING  /* CUDA: its DMA may still read it              */
+    PF__SLOT_COPYING, /* CUDA: its DMA may still read it              */
+    PF__SLOT_WRITTEN_OFF /* CUDA device slot: out of circulation after a
+                            failed CUDA call (the pipeline has stopped) */
 };
+#define PF__FROM(st) (1u << (st))
+
+/* Slot states move only here (host and device slots alike): each move
+   names the states it may come from, and PF_ASSERT holds it to that. */
+static void pf__move(int *state, unsigned from, int to) {
+    PF_ASSERT((from >> *state) & 1u);
+    *state = to;
+}
 
 /* A batch's packed samples and bad ones (see >>samples): 2 * batch_size + 1
    words, the offsets then the skipped samples' indices. */
@@ -1161,7 +1171,7 @@ typedef struct pf__dslot {
     bool marked;   /* delivered before it landed: timing marks around the
                       consumer stream's wait for it (pf__cuda_consume) */
     pf__samples sm; /* travels with the indices                         */
-    int state; /* PF__SLOT_FREE, PF__SLOT_READY (queued), PF__SLOT_HELD */
+    int state; /* PF__SLOT_FREE, READY (queued), HELD, WRITTEN_OFF */
 } pf__dslot;
 
 /* A copy in flight: host slot h into device slot d, of the seq-th batch
@@ -1828,7 +1838,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
             return PF__CLAIM_NO_JOB;
         }
         s = &l->slots[l->free_stack[--l->nfree]];
-        s->state = PF__SLOT_LOADING;
+        pf__move(&s->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_LOADING);
         s->seq = l->next_seq++;
         s->epoch = l->claim_epoch;
         s->batch = l->claim_batch++;
@@ -1845,7 +1855,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
 
 /* A worker finished slot s (lock held). */
 static void pf__publish(pf_loader *l, pf__slot *s) {
-    s->state = PF__SLOT_READY;
+    pf__move(&s->state, PF__FROM(PF__SLOT_LOADING), PF__SLOT_READY);
     l->nready++;
     if (s->result != PF_OK) l->claims_done = true; /* stop loading: nothing after it is delivered in order */
     if (l->cfg.unordered)
@@ -1855,8 +1865,11 @@ static void pf__publish(pf_loader *l, pf__slot *s) {
     pf__wake_takers(l);
 }
 
+/* Back to the free stack: a failed batch the taker dropped, a batch the
+   consumer released (host), a copy the retirer saw end (CUDA). */
 static void pf__slot_free(pf_loader *l, pf__slot *s) {
-    s->state = PF__SLOT_FREE;
+    pf__move(&s->state, PF__FROM(PF__SLOT_READY) | PF__FROM(PF__SLOT_HELD) | PF__FROM(PF__SLOT_COPYING),
+             PF__SLOT_FREE);
     s->ticket = 0;
     l->free_stack[l->nfree++] = s->index;
     pf__wake_workers(l, false);
@@ -2399,7 +2412,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         pf_result w;
         int r = pf__take(l, &s);
         if (r == PF_OK) {
-            s->state = PF__SLOT_HELD;
+            pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
             s->ticket = ++l->ticket;
             l->held++;
             pf__note_delivery(l, s->epoch, s->batch, s->nbatches, s->count, s->bytes, s->n);
@@ -2933,7 +2946,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             if (r != PF_ERR_LOAD) pf__format(logmsg, sizeof logmsg, "%s", l->error.msg);
             continue;
         }
-        s->state = PF__SLOT_STAGING;
+        pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_STAGING);
         while (cu->dfree_count == 0 && !l->stopping && !cu->stager_done)
             if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
         if (l->stopping || cu->stager_done) break;
@@ -2955,7 +2968,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         ds->indices = s->indices;
         s->indices = swap;
         { pf__samples t = ds->sm; ds->sm = s->sm; s->sm = t; }
-        s->state = PF__SLOT_COPYING;
+        pf__move(&s->state, PF__FROM(PF__SLOT_STAGING), PF__SLOT_COPYING);
         pf__unlock_wake(l);
         PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->epoch, (unsigned long long)ds->batch);
         r = pf__stage_copy(l, s, d, ds->bytes, ds->seq, why, sizeof why);
@@ -2973,7 +2986,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             f->seq = ds->seq;
             pf__wake(l, PF__ROLE_RETIRER);
         }
-        ds->state = PF__SLOT_READY;
+        pf__move(&ds->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_READY);
         l->st_copies++;
         l->st_copy_bytes += ds->bytes;
         pf__push_item(l, PF__ITEM_BATCH, d);
@@ -3170,7 +3183,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             }
             if (it.kind == PF__ITEM_ERROR) return pf__show_error(l);
             ds = &cu->dslots[it.slot];
-            ds->state = PF__SLOT_HELD;
+            pf__move(&ds->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
             ds->ticket = ++l->ticket;
             /* a copy the retirer saw complete cannot be waited for: no marks */
             ds->marked = !ds->landed;
@@ -3234,7 +3247,7 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
         pf__lock(&l->mu);
         pf__cuda_consumer_failed(l, "pf_next", call, e, m, sizeof m);
         pf__fail(l, PF_ERR_CUDA, "%s", m);
-        ds->state = PF__SLOT_FREE; /* out of circulation: the pipeline is stopped */
+        pf__move(&ds->state, PF__FROM(PF__SLOT_HELD), PF__SLOT_WRITTEN_OFF); /* the pipeline is stopped */
         ds->ticket = 0;
         l->cu.held--;
         pf__unlock_wake(l);
@@ -3287,11 +3300,11 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
         /* the GPU may still read d and nothing orders the next copy after
            it: keep d out of circulation, stop the pipeline */
         char m[PF__MSG_SIZE];
-        cu->dslots[d].state = PF__SLOT_FREE; /* written off: the pipeline stops */
+        pf__move(&cu->dslots[d].state, PF__FROM(PF__SLOT_HELD), PF__SLOT_WRITTEN_OFF); /* the pipeline stops */
         pf__cuda_consumer_failed(l, "pf_release", call, e, m, sizeof m);
         r = pf__fail(l, PF_ERR_CUDA, "%s", m);
     } else {
-        cu->dslots[d].state = PF__SLOT_FREE;
+        pf__move(&cu->dslots[d].state, PF__FROM(PF__SLOT_HELD), PF__SLOT_FREE);
         cu->dfree[(cu->dfree_head + cu->dfree_count++) % l->cfg.device_slots] = d;
         cu->last_released = d;
         pf__wake(l, PF__ROLE_STAGER);

@@ -5,6 +5,13 @@
    on the consumer stream and every access is checked for ordering. */
 #define _POSIX_C_SOURCE 200809L
 #define PREFETCH_IMPLEMENTATION
+/* The library's assertions count here instead of aborting, so a broken
+   invariant fails the test that broke it (and the suite's last check) with
+   the assertion's text; every other PF_ASSERT stays armed. */
+static int t_asserts_failed;
+static char t_assert_text[256];
+#define PF_ASSERT(x) ((x) ? (void)0 : (void)(t_asserts_failed++, snprintf(t_assert_text, sizeof t_assert_text, "%s", #x)))
+#include <stdio.h>
 #include "../prefetch.h"
 #include "util.h"
 
@@ -1207,6 +1214,22 @@ static void test_idle_loader_uses_no_cpu(void) {
     t_close(&t, &c, &r);
 }
 
+/* Slot states move only through pf__move, which names the states a move
+   may come from: a move from any other state is caught. And none was
+   caught in the tests before this one (they run first). */
+static void test_slot_moves_are_checked(void) {
+    int st = PF__SLOT_READY, before = t_asserts_failed;
+    CHECK_EQ(before, 0);
+    if (before) printf("    an earlier test broke a slot invariant: %s\n", t_assert_text);
+    pf__move(&st, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD); /* legal */
+    CHECK_EQ(t_asserts_failed, 0);
+    CHECK_EQ(st, PF__SLOT_HELD);
+    pf__move(&st, PF__FROM(PF__SLOT_FREE), PF__SLOT_LOADING); /* HELD is not FREE */
+    CHECK_EQ(t_asserts_failed, 1);
+    CHECK(strstr(t_assert_text, "from") != NULL);
+    t_asserts_failed = 0;
+}
+
 static const h_test tests[] = {
     {"empty_failure_message_is_not_misreported", test_empty_failure_message_is_not_misreported},
     {"size_check_counts_the_backends_slots", test_size_check_counts_the_backends_slots},
@@ -1243,6 +1266,7 @@ static const h_test tests[] = {
     {"load_failure_is_logged", test_load_failure_is_logged},
     {"poison_marks_bytes_past_job_bytes", test_poison_marks_bytes_past_job_bytes},
     {"idle_loader_uses_no_cpu", test_idle_loader_uses_no_cpu},
+    {"slot_moves_are_checked", test_slot_moves_are_checked},
 };
 
 int main(int argc, char **argv) {
