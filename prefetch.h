@@ -1094,18 +1094,29 @@ typedef struct pf__samples {
     uint32_t skipped; /* mem[batch_size + 1 ..] lists them */
 } pf__samples;
 
+/* What a batch is, from the worker that fills it to pf_next: one
+   descriptor in the host slot and, on CUDA, in the device slot it is
+   copied to; the stager moves it in one assignment. indices and sm.mem are
+   buffers their slot owns: the stager exchanges them with the device
+   slot's, so a batch's lists travel with it and are never copied. */
+typedef struct pf__desc {
+    uint64_t epoch, batch, rng;
+    uint64_t nbatches, n; /* its epoch's batches and samples */
+    uint64_t *indices;
+    size_t bytes;
+    uint32_t count;
+    pf__samples sm;
+} pf__desc;
+
 typedef struct pf__slot {
-    pf_loader *owner;
+    pf__desc b;
     const pf__plan *plan; /* its epoch's plan, alive until the slot is taken */
     unsigned char *data;
-    uint64_t *indices;
-    uint64_t seq, epoch, batch, rng, nbatches, ticket, started_ns, n;
-    size_t bytes;
-    uint32_t count, worker, index;
+    uint64_t seq, ticket, started_ns;
+    uint32_t worker, index;
     int state;
     int result; /* PF_OK, or the error a READY slot carries */
     char *msg;  /* PF__MSG_SIZE bytes: the failure message  */
-    pf__samples sm;
 } pf__slot;
 
 typedef struct pf__worker {
@@ -1162,15 +1173,12 @@ typedef struct pf__item {
 } pf__item;
 
 typedef struct pf__dslot {
-    uint64_t epoch, batch, rng, nbatches, ticket, n;
-    uint64_t *indices;
-    size_t bytes;
-    uint32_t count;
+    pf__desc b;
+    uint64_t ticket;
     uint64_t seq;  /* the batch's place in staging order (from 1)       */
     bool landed;   /* the retirer saw this seq's copy complete          */
     bool marked;   /* delivered before it landed: timing marks around the
                       consumer stream's wait for it (pf__cuda_consume) */
-    pf__samples sm; /* travels with the indices                         */
     int state; /* PF__SLOT_FREE, READY (queued), HELD, WRITTEN_OFF */
 } pf__dslot;
 
@@ -1840,11 +1848,11 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         s = &l->slots[l->free_stack[--l->nfree]];
         pf__move(&s->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_LOADING);
         s->seq = l->next_seq++;
-        s->epoch = l->claim_epoch;
-        s->batch = l->claim_batch++;
-        s->nbatches = l->claim_nbatches;
+        s->b.epoch = l->claim_epoch;
+        s->b.batch = l->claim_batch++;
+        s->b.nbatches = l->claim_nbatches;
         s->plan = pf__plan_find(l, l->claim_epoch);
-        s->n = s->plan->n;
+        s->b.n = s->plan->n;
         s->worker = w->id;
         s->result = PF_OK;
         s->started_ns = now;
@@ -1904,7 +1912,7 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         uint32_t i;
         for (i = 0; i < l->ready_count; i++) {
             uint32_t k = (l->ready_head + i) % l->nslots;
-            if (l->slots[l->ready_fifo[k]].epoch == l->take_epoch) break;
+            if (l->slots[l->ready_fifo[k]].b.epoch == l->take_epoch) break;
         }
         if (i == l->ready_count) return PF__WAIT;
         s = &l->slots[l->ready_fifo[(l->ready_head + i) % l->nslots]];
@@ -1915,10 +1923,10 @@ static int pf__take(pf_loader *l, pf__slot **out) {
     }
     l->nready--;
     pf__wake_workers(l, false);
-    if (s->result == PF_OK && s->sm.skipped) pf__skip_account(l, s);
+    if (s->result == PF_OK && s->b.sm.skipped) pf__skip_account(l, s);
     if (s->result != PF_OK) {
         int code = s->result;
-        pf__set_error(l, code, PF__BY_LOAD, false, s->epoch, s->batch, "%s", s->msg);
+        pf__set_error(l, code, PF__BY_LOAD, false, s->b.epoch, s->b.batch, "%s", s->msg);
         pf__slot_free(l, s);
         return code;
     }
@@ -1941,19 +1949,19 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
         ready += s->state == PF__SLOT_READY;
         copying += s->state == PF__SLOT_COPYING;
         if (s->state == PF__SLOT_STAGING) staging = s;
-        if (s->state == PF__SLOT_LOADING && s->epoch == l->take_epoch &&
+        if (s->state == PF__SLOT_LOADING && s->b.epoch == l->take_epoch &&
             (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->taken))
             late = s;
     }
     if (staging) { /* CUDA only: loaded, waiting for a device slot */
         pf__format(dst, size, "epoch %llu batch %llu is loaded and waits for a free device slot (the consumer "
-                   "holds every one of cfg.device_slots = %u)", (unsigned long long)staging->epoch,
-                   (unsigned long long)staging->batch, (unsigned)l->cfg.device_slots);
+                   "holds every one of cfg.device_slots = %u)", (unsigned long long)staging->b.epoch,
+                   (unsigned long long)staging->b.batch, (unsigned)l->cfg.device_slots);
         return;
     }
     if (late)
         pf__format(dst, size, "epoch %llu batch %llu is late: worker %u has been inside load for %llu ms",
-                   (unsigned long long)late->epoch, (unsigned long long)late->batch, (unsigned)late->worker,
+                   (unsigned long long)late->b.epoch, (unsigned long long)late->b.batch, (unsigned)late->worker,
                    (unsigned long long)((now - late->started_ns) / 1000000u));
     else
         pf__format(dst, size,
@@ -2010,17 +2018,17 @@ static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     return pf__wait(l, PF__ROLE_CONSUMER, deadline);
 }
 
-static void pf__note_delivery(pf_loader *l, uint64_t epoch, uint64_t batch, uint64_t nbatches, uint32_t count,
-                              size_t bytes, uint64_t n) {
+static void pf__note_delivery(pf_loader *l, const pf__desc *b) {
+    uint64_t batch = b->batch;
     l->st_batches++;
-    l->st_samples += count;
-    l->st_bytes += bytes;
+    l->st_samples += b->count;
+    l->st_bytes += b->bytes;
     l->st_ready_sum += l->nready;
-    l->cons_epoch = epoch;
+    l->cons_epoch = b->epoch;
     l->cons_batch++;
-    l->cons_nbatches = nbatches;
+    l->cons_nbatches = b->nbatches;
     /* the checkpoint position: the first batch not yet delivered */
-    l->ck_n = n;
+    l->ck_n = b->n;
     l->ck_n_known = true;
     PF_ASSERT(batch >= l->ck_low && batch < l->ck_low + l->ck_win);
     if (batch == l->ck_low) {
@@ -2214,22 +2222,22 @@ static void pf__autotune(pf_loader *l) {
 /* >>workers --------------------------------------------------------------- */
 static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     const pf__plan *p = s->plan; /* alive: the taker has not passed batch s */
-    uint64_t first = s->batch * l->cfg.batch_size;
+    uint64_t first = s->b.batch * l->cfg.batch_size;
     uint32_t i;
-    PF_ASSERT(p && p->epoch == s->epoch);
-    s->count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
-    for (i = 0; i < s->count; i++) s->indices[i] = pf__plan_index(p, &l->cfg, first + i);
-    s->rng = pf__job_rng(&l->cfg, s->epoch, s->batch);
+    PF_ASSERT(p && p->epoch == s->b.epoch);
+    s->b.count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
+    for (i = 0; i < s->b.count; i++) s->b.indices[i] = pf__plan_index(p, &l->cfg, first + i);
+    s->b.rng = pf__job_rng(&l->cfg, s->b.epoch, s->b.batch);
     memset(job, 0, sizeof *job);
-    job->epoch = s->epoch;
-    job->batch = s->batch;
-    job->indices = s->indices;
-    job->count = s->count;
+    job->epoch = s->b.epoch;
+    job->batch = s->b.batch;
+    job->indices = s->b.indices;
+    job->count = s->b.count;
     job->worker = w->id;
     job->host = s->data;
     job->capacity = l->cfg.batch_bytes;
     job->bytes = l->cfg.batch_bytes;
-    job->rng = s->rng;
+    job->rng = s->b.rng;
     job->pf__worker = w;
     pf__job_begin(l, s, w, job);
 }
@@ -2296,13 +2304,13 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         pf__fill_job(l, s, w, &job);
         w->msg[0] = '\0';
         w->failed = false;
-        PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->epoch, (unsigned long long)s->batch);
+        PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
         rc = l->cfg.load(l->cfg.user, &job);
         PF__RANGE_POP();
         now = pf__now_ns();
         if (rc != 0) {
             pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
-                       (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                       (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
                        !w->failed ? "the callback returned non-zero without pf_job_fail"
                        : w->msg[0] ? w->msg : "(pf_job_fail with an empty message)");
             s->result = PF_ERR_LOAD;
@@ -2310,13 +2318,13 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             pf__format(s->msg, PF__MSG_SIZE,
                        "load for epoch %llu batch %llu (worker %u) set job->bytes = %llu, more than "
                        "the slot capacity of %llu bytes (cfg.batch_bytes)",
-                       (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                       (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
                        (unsigned long long)job.bytes, (unsigned long long)job.capacity);
             s->result = PF_ERR_LOAD;
         } else {
             pf__job_end(l, s, w, &job);
         }
-        s->bytes = job.bytes;
+        s->b.bytes = job.bytes;
         if (s->result != PF_OK && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
         pf__lock(&l->mu);
         l->st_load_ns += now - s->started_ns; /* index computation counts as loading */
@@ -2329,18 +2337,22 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
 
 /* >>consumer -------------------------------------------------------------- */
 /* What pf_next, pf_release and pf_batch_wait share on both backends. */
-static void pf__fill_batch(pf_loader *l, pf_batch *out, void *data, size_t bytes, uint64_t epoch, uint64_t batch,
-                           const uint64_t *indices, uint32_t count, uint64_t rng, uint64_t ticket, uint32_t slot) {
+/* Hand batch b, whose bytes are at data, to the caller as *out: the
+   delivery's bookkeeping (pf__note_delivery), then the pf_batch (lock
+   held). */
+static void pf__deliver(pf_loader *l, pf_batch *out, const pf__desc *b, void *data, uint64_t ticket, uint32_t slot) {
+    pf__note_delivery(l, b);
     out->data = data;
-    out->bytes = bytes;
-    out->epoch = epoch;
-    out->batch = batch;
-    out->indices = indices;
-    out->count = count;
-    out->rng = rng;
+    out->bytes = b->bytes;
+    out->epoch = b->epoch;
+    out->batch = b->batch;
+    out->indices = b->indices;
+    out->count = b->count;
+    out->rng = b->rng;
     out->pf__owner = l;
     out->pf__ticket = ticket;
     out->pf__slot = slot;
+    pf__batch_samples(l, out, &b->sm);
 }
 
 /* A consumer wait that may time out: returns PF_TIMEOUT with the reason, or
@@ -2415,10 +2427,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
             pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
             s->ticket = ++l->ticket;
             l->held++;
-            pf__note_delivery(l, s->epoch, s->batch, s->nbatches, s->count, s->bytes, s->n);
-            pf__fill_batch(l, out, s->data, s->bytes, s->epoch, s->batch, s->indices, s->count, s->rng, s->ticket,
-                           s->index);
-            pf__batch_samples(l, out, &s->sm);
+            pf__deliver(l, out, &s->b, s->data, s->ticket, s->index);
             return PF_OK;
         }
         if (r == PF_END_OF_EPOCH) {
@@ -2921,7 +2930,6 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
     while (!l->stopping && !cu->stager_done) {
         pf__slot *s = NULL;
         pf__dslot *ds;
-        uint64_t *swap;
         uint32_t d;
         int r;
         char why[PF__MSG_SIZE];
@@ -2954,24 +2962,19 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
         cu->dfree_count--;
         ds = &cu->dslots[d];
-        ds->epoch = s->epoch;
-        ds->batch = s->batch;
-        ds->rng = s->rng;
-        ds->nbatches = s->nbatches;
-        ds->n = s->n;
-        ds->bytes = s->bytes;
-        ds->count = s->count;
+        { /* the batch moves; the slots trade their lists (pf__desc) */
+            pf__desc old = ds->b;
+            ds->b = s->b;
+            s->b.indices = old.indices;
+            s->b.sm = old.sm;
+        }
         ds->seq = ++cu->staged;
         ds->landed = false;
         cu->hdone_seq[ds->seq % cu->nhdone] = ds->seq;
-        swap = ds->indices; /* the batch's indices travel with it, no copy */
-        ds->indices = s->indices;
-        s->indices = swap;
-        { pf__samples t = ds->sm; ds->sm = s->sm; s->sm = t; }
         pf__move(&s->state, PF__FROM(PF__SLOT_STAGING), PF__SLOT_COPYING);
         pf__unlock_wake(l);
-        PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->epoch, (unsigned long long)ds->batch);
-        r = pf__stage_copy(l, s, d, ds->bytes, ds->seq, why, sizeof why);
+        PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->b.epoch, (unsigned long long)ds->b.batch);
+        r = pf__stage_copy(l, s, d, ds->b.bytes, ds->seq, why, sizeof why);
         PF__RANGE_POP();
         pf__lock(&l->mu);
         if (r != PF_OK) {
@@ -2988,7 +2991,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         }
         pf__move(&ds->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_READY);
         l->st_copies++;
-        l->st_copy_bytes += ds->bytes;
+        l->st_copy_bytes += ds->b.bytes;
         pf__push_item(l, PF__ITEM_BATCH, d);
     }
     pf__unlock_wake(l);
@@ -3189,10 +3192,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             ds->marked = !ds->landed;
             if (ds->marked) cu->mark_seq[ds->seq % l->nslots] = ds->seq; /* recorded next, in pf__cuda_consume */
             cu->held++;
-            pf__note_delivery(l, ds->epoch, ds->batch, ds->nbatches, ds->count, ds->bytes, ds->n);
-            pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
-                           ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
-            pf__batch_samples(l, out, &ds->sm);
+            pf__deliver(l, out, &ds->b, cu->dev + (size_t)it.slot * l->stride, ds->ticket, it.slot);
             return PF_OK;
         }
         /* nothing staged: with every device slot held, nothing can be */
@@ -3349,8 +3349,8 @@ static bool pf__staged_epoch_n_cuda(const pf_loader *l, uint64_t *n) {
     for (i = 0; i < cu->fifo_count; i++) {
         const pf__item *it = &cu->fifo[(cu->fifo_head + i) % cu->fifo_cap];
         if (it->kind == PF__ITEM_EPOCH_END) return *n = it->n, true;
-        if (it->kind == PF__ITEM_BATCH && cu->dslots[it->slot].epoch == l->cons_epoch)
-            return *n = cu->dslots[it->slot].n, true;
+        if (it->kind == PF__ITEM_BATCH && cu->dslots[it->slot].b.epoch == l->cons_epoch)
+            return *n = cu->dslots[it->slot].b.n, true;
         if (it->kind != PF__ITEM_BATCH) break;
     }
     return false;
@@ -3969,11 +3969,10 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
     l->cfg.resume = NULL; /* the caller's string: read once, here */
     for (i = 0; i < nslots; i++) {
         pf__slot *s = &l->slots[i];
-        s->owner = l;
         s->index = i;
-        s->indices = l->index_mem + (size_t)i * c->batch_size;
+        s->b.indices = l->index_mem + (size_t)i * c->batch_size;
         s->msg = l->msgs + (size_t)i * PF__MSG_SIZE;
-        s->sm.mem = (uint64_t *)(base + o_samples) + (size_t)i * (2 * (size_t)c->batch_size + 1);
+        s->b.sm.mem = (uint64_t *)(base + o_samples) + (size_t)i * (2 * (size_t)c->batch_size + 1);
         if (i < l->nalloc) l->free_stack[i] = l->nalloc - 1 - i; /* slot 0 on top */
     }
     l->nfree = l->nalloc;
@@ -4001,8 +4000,8 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
         cu->hdone_seq = cu->mark_seq + nslots;
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
-            cu->dslots[i].indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
-            cu->dslots[i].sm.mem = (uint64_t *)(base + o_samples) + (size_t)(nslots + i) * (2 * (size_t)c->batch_size + 1);
+            cu->dslots[i].b.indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
+            cu->dslots[i].b.sm.mem = (uint64_t *)(base + o_samples) + (size_t)(nslots + i) * (2 * (size_t)c->batch_size + 1);
             cu->dfree[i] = i;
         }
         cu->dfree_count = dslots;
@@ -4357,9 +4356,9 @@ static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job)
     w->appends = w->nskip = 0;
     w->used = 0;
     w->pack = w->refused = false;
-    s->sm.packed = false;
-    s->sm.skipped = 0;
-    s->sm.mem[0] = 0;
+    s->b.sm.packed = false;
+    s->b.sm.skipped = 0;
+    s->b.sm.mem[0] = 0;
     job->worker_state = w->state;
 }
 
@@ -4376,28 +4375,28 @@ static void pf__sort_u64(uint64_t *v, uint32_t n) { /* insertion sort: a few bad
     do { pf__format(s->msg, PF__MSG_SIZE, __VA_ARGS__); s->result = PF_ERR_LOAD; return; } while (0)
 
 static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
-    uint64_t *off = s->sm.mem, *bad = s->sm.mem + l->cfg.batch_size + 1;
-    uint32_t n = w->nskip, count = s->count, i, b;
+    uint64_t *off = s->b.sm.mem, *bad = s->b.sm.mem + l->cfg.batch_size + 1;
+    uint32_t n = w->nskip, count = s->b.count, i, b;
     size_t mb = l->cfg.bad_marker_bytes;
     const unsigned char *marker = (const unsigned char *)l->cfg.bad_marker;
     unsigned char *host = s->data;
     if (w->refused) /* pf_job_skip under PF_BAD_STOP, or pf_job_append, and the load went on */
-        PF__JOB_BAD("load failed for epoch %llu batch %llu (worker %u): %s", (unsigned long long)s->epoch,
-                    (unsigned long long)s->batch, (unsigned)w->id, w->msg);
+        PF__JOB_BAD("load failed for epoch %llu batch %llu (worker %u): %s", (unsigned long long)s->b.epoch,
+                    (unsigned long long)s->b.batch, (unsigned)w->id, w->msg);
     if (!w->appends && !n && !w->pack) return; /* the load wrote the slot itself */
     pf__sort_u64(bad, n);
     if (w->appends || w->pack) {
         if (w->appends + n != count)
             PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) appended %u samples and skipped %u, for a "
-                        "batch of %u: append each sample that is not skipped", (unsigned long long)s->epoch,
-                        (unsigned long long)s->batch, (unsigned)w->id, (unsigned)w->appends, (unsigned)n,
+                        "batch of %u: append each sample that is not skipped", (unsigned long long)s->b.epoch,
+                        (unsigned long long)s->b.batch, (unsigned)w->id, (unsigned)w->appends, (unsigned)n,
                         (unsigned)count);
         if (n && l->cfg.bad_samples == PF_BAD_MARK) {
             size_t end = w->used + (size_t)n * mb;
             if (end > job->capacity || end < w->used)
                 PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): %u bad samples' markers (%llu bytes each) "
                             "do not fit in the slot after %llu bytes of samples (cfg.batch_bytes %llu)",
-                            (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                            (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
                             (unsigned)n, (unsigned long long)mb, (unsigned long long)w->used,
                             (unsigned long long)job->capacity);
             /* from the end: sample k-1 of the appended ones moves up to its
@@ -4423,49 +4422,49 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
         } else {
             job->bytes = w->used;
         }
-        s->sm.packed = true;
+        s->b.sm.packed = true;
     } else if (l->cfg.bad_samples == PF_BAD_MARK) { /* fixed-size samples: the marker is one */
         for (i = 0; i < n; i++) {
             if ((bad[i] + 1) * mb > job->capacity)
                 PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): the marker for sample %llu would end at "
-                            "byte %llu, past the slot (cfg.batch_bytes %llu)", (unsigned long long)s->epoch,
-                            (unsigned long long)s->batch, (unsigned)w->id, (unsigned long long)bad[i],
+                            "byte %llu, past the slot (cfg.batch_bytes %llu)", (unsigned long long)s->b.epoch,
+                            (unsigned long long)s->b.batch, (unsigned)w->id, (unsigned long long)bad[i],
                             (unsigned long long)((bad[i] + 1) * mb), (unsigned long long)job->capacity);
             memcpy(host + bad[i] * mb, marker, mb);
         }
     } else if (n == count) { /* SKIP, every sample bad: an empty batch */
-        s->sm.packed = true;
+        s->b.sm.packed = true;
         job->bytes = 0;
     } else {
         PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) skipped %u of %u samples but wrote the slot itself: "
                     "PF_BAD_SKIP drops samples from packed batches; write them with pf_job_append (or use "
-                    "PF_BAD_MARK)", (unsigned long long)s->epoch, (unsigned long long)s->batch, (unsigned)w->id,
+                    "PF_BAD_MARK)", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
                     (unsigned)n, (unsigned)count);
     }
     /* positions to sample indices; SKIP: the batch keeps the others, in order */
     if (l->cfg.bad_samples == PF_BAD_SKIP) {
         uint32_t j;
         for (i = 0, j = 0, b = 0; i < count; i++) {
-            if (b < n && bad[b] == i) bad[b++] = s->indices[i];
-            else s->indices[j++] = s->indices[i];
+            if (b < n && bad[b] == i) bad[b++] = s->b.indices[i];
+            else s->b.indices[j++] = s->b.indices[i];
         }
-        s->count = count - n;
+        s->b.count = count - n;
     } else {
-        for (i = 0; i < n; i++) bad[i] = s->indices[bad[i]];
+        for (i = 0; i < n; i++) bad[i] = s->b.indices[bad[i]];
     }
-    s->sm.skipped = n;
+    s->b.sm.skipped = n;
 }
 #undef PF__JOB_BAD
 
 /* A batch with bad samples is taken, in batch order (lock held): count
    them; past cfg.bad_limit the batch fails instead. */
 static void pf__skip_account(pf_loader *l, pf__slot *s) {
-    l->st_skipped += s->sm.skipped;
+    l->st_skipped += s->b.sm.skipped;
     if (l->cfg.bad_limit && l->st_skipped > l->cfg.bad_limit) {
         char first[PF__MSG_SIZE];
         memcpy(first, s->msg, sizeof first);
         pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu: %llu bad samples so far, more than cfg.bad_limit "
-                   "(%llu); this batch's first: %s", (unsigned long long)s->epoch, (unsigned long long)s->batch,
+                   "(%llu); this batch's first: %s", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch,
                    (unsigned long long)l->st_skipped, (unsigned long long)l->cfg.bad_limit, first);
         s->result = PF_ERR_LOAD;
     }
@@ -4487,7 +4486,7 @@ PF_API void *pf_job_append(pf_job *job, size_t bytes) {
     size_t at;
     if (!w) return NULL;
     s = w->slot;
-    off = s->sm.mem;
+    off = s->b.sm.mem;
     at = w->used;
     if (w->appends + w->nskip >= job->count) {
         pf_job_fail(job, "pf_job_append: the batch has %u samples and all of them were already appended or "
@@ -4534,7 +4533,7 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
                (unsigned long long)job->indices[i], (unsigned long long)job->epoch, (unsigned long long)job->batch,
                why[0] ? why : "(no reason given)");
     if (l->cfg.bad_samples == PF_BAD_STOP) return pf_job_fail(job, "%s", msg);
-    bad = s->sm.mem + l->cfg.batch_size + 1;
+    bad = s->b.sm.mem + l->cfg.batch_size + 1;
     for (k = 0; k < w->nskip; k++)
         if (bad[k] == i) return 0; /* reported twice: once is enough */
     if (w->appends + w->nskip >= job->count) {
@@ -4732,7 +4731,7 @@ static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
        see through the callback and thinks the count is still nskip here */
     /* cppcheck-suppress knownConditionTrueFalse */
     if (w->nskip != nskip) { /* its own sample only: else one sample's bytes would go as another's */
-        const uint64_t *bad = w->slot->sm.mem + w->owner->cfg.batch_size + 1;
+        const uint64_t *bad = w->slot->b.sm.mem + w->owner->cfg.batch_size + 1;
         if (w->nskip != nskip + 1 || bad[nskip] != smp->i)
             return pf_job_fail(job, "the step for sample %u (index %llu) skipped sample %u: a step skips only its "
                                "own sample, pf_job_skip(s->job, s->i, ...)", (unsigned)smp->i,
