@@ -141,6 +141,32 @@
      variable: an idle loader uses no CPU after that spin. One loader per
      GPU; loaders share nothing.
 
+     Inside (for maintainers): struct pf_loader is cut by owner, and one
+     mutex, sync.mu, guards every part unless a line below says otherwise.
+       cfg, backend, stride   fixed in pf_create; any thread reads them.
+       sync    the lock, conditions, owed wakes (>>waiting). sync.pulse is
+               read by spinners without the lock, and sync.stopping by
+               pf_job_cancelled; both are written under it.
+       ring    host slots and their queues (>>ring). A slot's bytes belong
+               to whoever holds it by its state: LOADING its worker,
+               READY nobody, HELD the caller, STAGING/COPYING the stager,
+               then the copy engine until the retirer frees it. States move
+               only through pf__move, which asserts the move.
+       claim   the workers' cursor and the epochs' plans (>>claim);
+               planning drops the lock around cfg.num_samples_fn.
+       take    the taker's cursor: the consumer's (host) or the stager's
+               (CUDA) (>>take).
+       cons    what pf_next has handed out (>>consumer); cons.err is
+               written only by the thread in a public call.
+       ck      the checkpoint position and the parsed resume token
+               (>>resume).
+       error   the pipeline's first failure (>>errors).
+       pool    the worker threads; at autotune's state (>>autotune),
+               changed only by the consumer inside pf_next; st the stats.
+       cu      the CUDA backend (>>backend cuda): its handles are fixed in
+               pf_create; its queues are under sync.mu; no CUDA call is
+               made with the lock held.
+
    MEMORY
 
      Allocated once in pf_create, never during the run:
@@ -1251,14 +1277,16 @@ typedef struct pf__cuda {
 } pf__cuda;
 #endif
 
-struct pf_loader {
-    pf_config cfg; /* defaults filled in */
-    pf_backend backend;
-    size_t stride;
-    uint32_t nslots;
+/* The loader's state, in parts named for what they hold. Who may touch
+   each part, and under which lock, is listed in THREADING MODEL (top of
+   the file); in short: everything is under sync.mu except cfg, backend,
+   stride (fixed at pf_create), sync.pulse and sync.stopping (read by
+   spinners and pf_job_cancelled without it), cons.err (the consumer's own)
+   and the CUDA handles (fixed at pf_create). */
 
-    /* waiting (>>waiting): one lock; per role a condition and a count of
-       the threads waiting on it */
+/* >>waiting: one lock; per role a condition and a count of the threads
+   waiting on it; the pulses spinners watch */
+typedef struct pf__sync {
     pf__mutex mu;
     pf__cond cv[PF__ROLES];
     uint32_t waiting[PF__ROLES];
@@ -1267,18 +1295,24 @@ struct pf_loader {
     unsigned wake;   /* wakes owed once the lock drops                     */
     bool mu_ok;
     uint32_t cv_ok;  /* how many of cv[] were initialised                  */
-    /* spinning (>>waiting): the pulses are read without the lock, so they
-       have a cache line of their own, away from the lock's */
+    int stopping;    /* pf_destroy began; read by pf_job_cancelled without the lock */
+    bool started;    /* every thread exists: workers may run user code     */
+    /* spinning: the pulses are read without the lock, so they have a
+       cache line of their own, away from the lock's */
     char pf__pad0[64];
     uint32_t pulse[PF__ROLES];   /* bumped, under the lock, by every pf__wake of the role */
     char pf__pad2[64];
-    unsigned pulse_owed;         /* pulses to give as the lock drops (lock held) */
+    unsigned pulse_owed;         /* pulses to give as the lock drops */
     char pf__pad1[64];
-    uint32_t spin_ns[PF__ROLES]; /* each role's spin budget, adapted (lock held) */
+    uint32_t spin_ns[PF__ROLES]; /* each role's spin budget, adapted */
     uint32_t spin_probe[PF__ROLES]; /* backed off: every 8th spin is a full one */
-    uint32_t spinning[PF__ROLES];   /* threads spinning in each role (lock held) */
-    uint32_t ncpu;               /* online CPUs: no more spinners than this    */
+    uint32_t spinning[PF__ROLES];   /* threads spinning in each role */
+    uint32_t ncpu;               /* online CPUs: no more spinners than this */
+} pf__sync;
 
+/* >>ring: the host slots and the queues between workers and the taker */
+typedef struct pf__ring {
+    uint32_t nslots;
     void *host_raw;              /* host backend block, unaligned (for free) */
     /* slots 0 .. nalloc-1 have memory; with autotune the ring grows with
        the active workers (>>autotune), up to nslots, a block per growth */
@@ -1289,80 +1323,104 @@ struct pf_loader {
     uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
     uint32_t *order;             /* in order: order[seq % nslots] = slot + 1 */
     uint32_t *ready_fifo, ready_head, ready_count; /* unordered */
+    uint32_t nready;             /* slots READY */
+    uint32_t wake_batch;         /* free slots that wake waiting workers */
     char *msgs;
     uint64_t *index_mem;
+} pf__ring;
 
-    /* plans of the epochs between the taker and the claimer */
+/* >>claim: the workers' cursor, and the plans of the epochs between the
+   taker and it */
+typedef struct pf__claimer {
     pf__plan *plans;
     uint32_t plan_cap, plan_head, plan_count;
+    uint64_t epoch, batch, nbatches, next_seq;
+    bool planned, planning, done;
+} pf__claimer;
 
-    /* claim cursor (workers) */
-    uint64_t claim_epoch, claim_batch, claim_nbatches, next_seq;
-    bool claim_planned, planning, claims_done;
+/* the taker's cursor (the consumer on the host backend, the stager on CUDA) */
+typedef struct pf__taker {
+    uint64_t epoch, done, taken;
+    uint64_t ended_n;            /* the n of the epoch the taker ended last */
+} pf__taker;
 
-    /* take cursor (the taker) */
-    uint64_t take_epoch, take_done, taken;
-
-    /* consumer */
+/* >>consumer: what pf_next has handed out */
+typedef struct pf__consumer {
     uint32_t held;
     uint64_t ticket;
-    uint64_t cons_epoch, cons_nbatches;
-    uint64_t cons_batch;   /* batches of cons_epoch delivered so far (unordered:
+    uint64_t epoch, nbatches;
+    uint64_t batch;        /* batches of epoch delivered so far (unordered:
                               not the last one's index + 1)                  */
     char err[PF__MSG_SIZE]; /* pf_error's text: the consumer's latest failed call */
+} pf__consumer;
 
-    pf__error error; /* the pipeline's first failure (>>errors) */
+/* >>resume: the consumer's checkpoint position in its epoch, and where
+   cfg.resume said to start */
+typedef struct pf__checkpoint {
+    uint64_t low;            /* the first batch of cons.epoch not yet delivered */
+    uint64_t n;              /* the epoch's samples, once known (n_known)    */
+    uint64_t start, first;   /* the epoch's resume offsets (pf__plan)        */
+    bool n_known;
+    bool lead_capped;        /* unordered: a claim waits for low to move     */
+    unsigned char *done;     /* unordered: delivered past low, by batch % win */
+    uint32_t win;            /* unordered: every batch claimed in an epoch the
+                                consumer has not finished lies below its first
+                                undelivered batch + win (see pf__claim)     */
+    uint64_t skipped;        /* bad samples in every batch pf_next returned
+                                (since the start, the token's included): the
+                                token's skipped=, where bad_limit resumes  */
+    pf__resume rs;           /* where cfg.resume says to start (the first epoch planned) */
+} pf__checkpoint;
 
-    /* checkpoint (>>resume): the consumer's position in its epoch */
-    uint64_t ck_low;             /* the first batch of cons_epoch not yet delivered */
-    uint64_t ck_n;               /* the epoch's samples, once known (ck_n_known)  */
-    uint64_t ck_start, ck_first; /* the epoch's resume offsets (pf__plan)         */
-    bool ck_n_known;
-    bool lead_capped;            /* unordered: a claim waits for ck_low to move */
-    unsigned char *ck_done;      /* unordered: delivered past ck_low, by batch % ck_win */
-    uint32_t ck_win;             /* unordered: every batch claimed in an epoch the
-                                    consumer has not finished lies below its first
-                                    undelivered batch + ck_win (see pf__claim)  */
-    uint64_t take_ended_n;       /* the n of the epoch the taker ended last     */
-    uint64_t ck_skipped;         /* bad samples in every batch pf_next returned
-                                    (since the start, the token's included): the
-                                    token's skipped=, where bad_limit resumes   */
-    pf__resume rs; /* where cfg.resume says to start (the first epoch planned) */
+/* >>workers: the threads */
+typedef struct pf__pool {
+    pf__worker *w;
+    uint32_t started;
+} pf__pool;
 
-    int stopping; /* read by pf_job_cancelled without the lock */
-    bool started; /* every thread exists: workers may run user code */
-    pf__worker *workers;
-    uint32_t workers_started;
-    uint32_t nready;       /* host slots READY */
-    uint32_t wake_batch;   /* free slots that wake waiting workers */
-
-    /* autotune (>>autotune): workers 0 .. active-1 load, the rest park */
+/* >>autotune: workers 0 .. active-1 load, the rest park */
+typedef struct pf__tuner {
     uint32_t active;
-    struct {
-        uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
-        uint64_t batches_prev; /* the start of the period just measured       */
-        double thr_before;     /* throughput before the last increase         */
-        double load_before;    /* and the load time per batch then            */
-        uint32_t before;       /* active before it                             */
-        uint32_t cap;          /* more did not help: stay at or below...       */
-        double cap_load;       /* ...while the load per batch stays near this  */
-        bool probing;          /* the last change was an increase, on trial    */
-        bool shrunk;           /* the last change was a decrease               */
-        uint32_t idle_streak;  /* periods in a row that asked for fewer        */
-        uint32_t floor;        /* fewer starved it: stay at or above...        */
-        double floor_step;     /* ...while the consumer's time per batch stays near this */
-        uint64_t changes, last_change_batch;
-        char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
-    } at;
+    uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
+    uint64_t batches_prev; /* the start of the period just measured       */
+    double thr_before;     /* throughput before the last increase         */
+    double load_before;    /* and the load time per batch then            */
+    uint32_t before;       /* active before it                             */
+    uint32_t cap;          /* more did not help: stay at or below...       */
+    double cap_load;       /* ...while the load per batch stays near this  */
+    bool probing;          /* the last change was an increase, on trial    */
+    bool shrunk;           /* the last change was a decrease               */
+    uint32_t idle_streak;  /* periods in a row that asked for fewer        */
+    uint32_t floor;        /* fewer starved it: stay at or above...        */
+    double floor_step;     /* ...while the consumer's time per batch stays near this */
+    uint64_t changes, last_change_batch;
+    char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
+} pf__tuner;
 
-    /* stats */
-    uint64_t st_batches, st_samples, st_bytes, st_copies, st_copy_bytes;
-    uint64_t st_first_ns, st_last_ns, st_wait_input_ns, st_wait_copy_ns, st_wait_gpu_ns;
-    uint64_t st_load_ns, st_worker_wait_ns, st_ready_sum;
-    uint64_t st_skipped;   /* bad samples in batches taken (>>samples) */
-    uint32_t st_waiters;   /* pf_next calls waiting: their waits are counted once */
-    uint64_t st_wait_since;
+/* pf_get_stats' counters */
+typedef struct pf__counters {
+    uint64_t batches, samples, bytes, copies, copy_bytes;
+    uint64_t first_ns, last_ns, wait_input_ns, wait_copy_ns, wait_gpu_ns;
+    uint64_t load_ns, worker_wait_ns, ready_sum;
+    uint64_t skipped;      /* bad samples in batches taken (>>samples) */
+    uint32_t waiters;      /* pf_next calls waiting: their waits are counted once */
+    uint64_t wait_since;
+} pf__counters;
 
+struct pf_loader {
+    pf_config cfg;      /* defaults filled in; fixed after pf_create */
+    pf_backend backend;
+    size_t stride;      /* a slot's bytes, aligned */
+    pf__sync sync;
+    pf__ring ring;
+    pf__claimer claim;
+    pf__taker take;
+    pf__consumer cons;
+    pf__checkpoint ck;
+    pf__error error;    /* the pipeline's first failure (>>errors) */
+    pf__pool pool;
+    pf__tuner at;
+    pf__counters st;
 #ifdef PREFETCH_CUDA
     pf__cuda cu;
 #endif
@@ -1401,7 +1459,7 @@ static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) PF__P
 static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    pf__vformat(l->err, sizeof l->err, fmt, ap);
+    pf__vformat(l->cons.err, sizeof l->cons.err, fmt, ap);
     va_end(ap);
     return r;
 }
@@ -1422,13 +1480,13 @@ static void pf__set_error(pf_loader *l, int code, int by, bool at_once, uint64_t
     l->error.code = code;
     l->error.by = by;
     l->error.at_once = at_once;
-    l->error.seq = l->next_seq;
+    l->error.seq = l->claim.next_seq;
     l->error.epoch = epoch;
     l->error.batch = batch;
     va_start(ap, fmt);
     pf__vformat(l->error.msg, sizeof l->error.msg, fmt, ap);
     va_end(ap);
-    l->claims_done = true; /* nothing after it will be delivered */
+    l->claim.done = true; /* nothing after it will be delivered */
 }
 
 /* The consumer returns the record (and from now on, always). */
@@ -1543,21 +1601,21 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
    cursor's; a plan retires when the taker passes its end. */
 static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
     uint64_t first;
-    if (l->plan_count == 0) return NULL;
-    first = l->plans[l->plan_head].epoch;
-    if (epoch < first || epoch - first >= l->plan_count) return NULL;
-    return &l->plans[(l->plan_head + (uint32_t)(epoch - first)) % l->plan_cap];
+    if (l->claim.plan_count == 0) return NULL;
+    first = l->claim.plans[l->claim.plan_head].epoch;
+    if (epoch < first || epoch - first >= l->claim.plan_count) return NULL;
+    return &l->claim.plans[(l->claim.plan_head + (uint32_t)(epoch - first)) % l->claim.plan_cap];
 }
 
 /* >>waiting --------------------------------------------------------------- */
 /* The waiting protocol, in one place. Every thread waits in a role: worker
    (a free slot and a job), consumer (pf_next, pf_batch_wait), stager and
    retirer (CUDA). The rules:
-   1. All shared state lives under l->mu. A waiter checks its condition and,
+   1. All shared state lives under l->sync.mu. A waiter checks its condition and,
       if it must wait, counts itself in waiting[role] and waits on cv[role]
       in the same critical section: while (!cond) pf__wait(l, role, ...).
    2. Whoever changes state that can make a role's condition true does so
-      under l->mu and, in the same critical section, calls pf__wake (or
+      under l->sync.mu and, in the same critical section, calls pf__wake (or
       pf__wake_workers), which owes that role a wake if any thread of it is
       counted as waiting.
    3. Owed wakes are sent right after the lock drops (pf__unlock_wake), or
@@ -1605,55 +1663,55 @@ enum { PF__WAKE_WORKER = 1u << 8, PF__WAKE_WORKERS = 1u << 9 };
 
 /* A pulse is owed like a wake and given as the critical section ends
    (still under the lock): a spinner that sees it then finds the lock free. */
-static void pf__pulse(pf_loader *l, int role) { l->pulse_owed |= 1u << role; }
+static void pf__pulse(pf_loader *l, int role) { l->sync.pulse_owed |= 1u << role; }
 
 static void pf__give_pulses(pf_loader *l) {
-    unsigned p = l->pulse_owed;
+    unsigned p = l->sync.pulse_owed;
     int r;
-    l->pulse_owed = 0;
+    l->sync.pulse_owed = 0;
     for (r = 0; p; r++, p >>= 1)
-        if (p & 1u) PF__STORE_FLAG(&l->pulse[r], l->pulse[r] + 1u);
+        if (p & 1u) PF__STORE_FLAG(&l->sync.pulse[r], l->sync.pulse[r] + 1u);
 }
 
 static void pf__wake(pf_loader *l, int role) {
     pf__pulse(l, role);
-    if (l->waiting[role]) l->wake |= 1u << role;
+    if (l->sync.waiting[role]) l->sync.wake |= 1u << role;
 }
 
 static void pf__send_wakes(pf_loader *l, unsigned w) {
-    if (w & PF__WAKE_WORKERS) pf__broadcast(&l->cv[PF__ROLE_WORKER]);
-    else if (w & PF__WAKE_WORKER) pf__signal(&l->cv[PF__ROLE_WORKER]);
-    if (w & (1u << PF__ROLE_CONSUMER)) pf__broadcast(&l->cv[PF__ROLE_CONSUMER]);
-    if (w & (1u << PF__ROLE_STAGER)) pf__signal(&l->cv[PF__ROLE_STAGER]);
-    if (w & (1u << PF__ROLE_RETIRER)) pf__signal(&l->cv[PF__ROLE_RETIRER]);
-    if (w & (1u << PF__ROLE_PARKED)) pf__broadcast(&l->cv[PF__ROLE_PARKED]);
+    if (w & PF__WAKE_WORKERS) pf__broadcast(&l->sync.cv[PF__ROLE_WORKER]);
+    else if (w & PF__WAKE_WORKER) pf__signal(&l->sync.cv[PF__ROLE_WORKER]);
+    if (w & (1u << PF__ROLE_CONSUMER)) pf__broadcast(&l->sync.cv[PF__ROLE_CONSUMER]);
+    if (w & (1u << PF__ROLE_STAGER)) pf__signal(&l->sync.cv[PF__ROLE_STAGER]);
+    if (w & (1u << PF__ROLE_RETIRER)) pf__signal(&l->sync.cv[PF__ROLE_RETIRER]);
+    if (w & (1u << PF__ROLE_PARKED)) pf__broadcast(&l->sync.cv[PF__ROLE_PARKED]);
 }
 
 static void pf__unlock_wake(pf_loader *l) {
-    unsigned w = l->wake;
-    l->wake = 0;
-    if (l->pulse_owed) pf__give_pulses(l);
-    pf__unlock(&l->mu);
+    unsigned w = l->sync.wake;
+    l->sync.wake = 0;
+    if (l->sync.pulse_owed) pf__give_pulses(l);
+    pf__unlock(&l->sync.mu);
     if (w) pf__send_wakes(l, w);
 }
 
 static void pf__flush_wakes(pf_loader *l) {
-    if (l->pulse_owed) pf__give_pulses(l);
-    if (l->wake) pf__send_wakes(l, l->wake);
-    l->wake = 0;
+    if (l->sync.pulse_owed) pf__give_pulses(l);
+    if (l->sync.wake) pf__send_wakes(l, l->sync.wake);
+    l->sync.wake = 0;
 }
 
 /* Wait in `role` until woken, or until the deadline when one is given.
    0 woken (or a spurious wake-up: recheck), 1 the deadline passed. */
 static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
     int r = 0;
-    l->waiting[role]++;
+    l->sync.waiting[role]++;
     pf__flush_wakes(l);
     if (deadline)
-        r = pf__cond_timedwait(&l->cv[role], &l->mu, deadline);
+        r = pf__cond_timedwait(&l->sync.cv[role], &l->sync.mu, deadline);
     else
-        pf__cond_wait(&l->cv[role], &l->mu);
-    l->waiting[role]--;
+        pf__cond_wait(&l->sync.cv[role], &l->sync.mu);
+    l->sync.waiting[role]--;
     return r;
 }
 
@@ -1673,16 +1731,16 @@ static uint32_t pf__cpu_count(void) {
    for it: this loader's threads that are not blocked fit on the online
    CPUs. Lock held. */
 static bool pf__cpu_free(const pf_loader *l) {
-    uint32_t blocked = l->waiting[PF__ROLE_WORKER] + l->waiting[PF__ROLE_CONSUMER] + l->waiting[PF__ROLE_STAGER] +
-                       l->waiting[PF__ROLE_RETIRER];
-    uint32_t threads = l->active + 1u + (l->taker == PF__ROLE_STAGER ? 2u : 0u); /* workers, a consumer, helpers */
-    return !l->stopping && threads <= blocked + l->ncpu;
+    uint32_t blocked = l->sync.waiting[PF__ROLE_WORKER] + l->sync.waiting[PF__ROLE_CONSUMER] + l->sync.waiting[PF__ROLE_STAGER] +
+                       l->sync.waiting[PF__ROLE_RETIRER];
+    uint32_t threads = l->at.active + 1u + (l->sync.taker == PF__ROLE_STAGER ? 2u : 0u); /* workers, a consumer, helpers */
+    return !l->sync.stopping && threads <= blocked + l->sync.ncpu;
 }
 
 /* A spin that paid doubles the role's budget, one that did not halves it. */
 static void pf__spin_adapt(pf_loader *l, int role, uint32_t budget, bool paid) {
-    if (paid) l->spin_ns[role] = budget > PF_SPIN_MAX_NS / 2 ? PF_SPIN_MAX_NS : 2 * budget;
-    else l->spin_ns[role] = budget / 2 < PF__SPIN_MIN_NS ? PF__SPIN_MIN_NS : budget / 2;
+    if (paid) l->sync.spin_ns[role] = budget > PF_SPIN_MAX_NS / 2 ? PF_SPIN_MAX_NS : 2 * budget;
+    else l->sync.spin_ns[role] = budget / 2 < PF__SPIN_MIN_NS ? PF__SPIN_MIN_NS : budget / 2;
 }
 
 /* Spin with the lock dropped until `role` is pulsed, the loader stops or
@@ -1691,32 +1749,32 @@ static void pf__spin_adapt(pf_loader *l, int role, uint32_t budget, bool paid) {
    no CPU was free to spin on), wait now, in this critical section. */
 static bool pf__spin(pf_loader *l, int role) {
 #if PF__SPIN_OK
-    uint32_t seen, budget = l->spin_ns[role];
+    uint32_t seen, budget = l->sync.spin_ns[role];
     uint64_t t0;
     bool pulsed = false;
     unsigned i;
     if (!budget || !pf__cpu_free(l)) return false;
-    if (budget != PF_SPIN_MAX_NS && ++l->spin_probe[role] % 8u == 0) budget = PF_SPIN_MAX_NS; /* did it change? */
-    if (PF__ADD(&pf__spinners, 1u) > l->ncpu) {
+    if (budget != PF_SPIN_MAX_NS && ++l->sync.spin_probe[role] % 8u == 0) budget = PF_SPIN_MAX_NS; /* did it change? */
+    if (PF__ADD(&pf__spinners, 1u) > l->sync.ncpu) {
         PF__ADD(&pf__spinners, (uint32_t)-1);
         return false;
     }
-    seen = l->pulse[role];
-    l->spinning[role]++;
+    seen = l->sync.pulse[role];
+    l->sync.spinning[role]++;
     pf__unlock_wake(l); /* owed wakes first: the other side may be what we wait for */
     t0 = pf__now_ns();
     for (i = 1;; i++) {
         PF__CPU_RELAX();
-        if (PF__LOAD_FLAG(&l->pulse[role]) != seen || PF__LOAD_FLAG(&l->stopping)) {
+        if (PF__LOAD_FLAG(&l->sync.pulse[role]) != seen || PF__LOAD_FLAG(&l->sync.stopping)) {
             pulsed = true;
             break;
         }
         if (i % 16u == 0 && pf__now_ns() - t0 >= budget) break;
     }
     PF__ADD(&pf__spinners, (uint32_t)-1);
-    pf__lock(&l->mu);
-    l->spinning[role]--;
-    if (!pulsed) pulsed = l->pulse[role] != seen || l->stopping; /* between the last look and the lock */
+    pf__lock(&l->sync.mu);
+    l->sync.spinning[role]--;
+    if (!pulsed) pulsed = l->sync.pulse[role] != seen || l->sync.stopping; /* between the last look and the lock */
     pf__spin_adapt(l, role, budget, pulsed);
     return pulsed;
 #else
@@ -1729,44 +1787,44 @@ static bool pf__spin(pf_loader *l, int role) {
    stop): wake them all. */
 static void pf__wake_all_workers(pf_loader *l) {
     pf__pulse(l, PF__ROLE_WORKER);
-    if (l->waiting[PF__ROLE_WORKER]) l->wake |= PF__WAKE_WORKERS;
+    if (l->sync.waiting[PF__ROLE_WORKER]) l->sync.wake |= PF__WAKE_WORKERS;
 }
 
 /* A loaded batch (or an end, or an error) may unblock the taker. */
-static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->taker); }
+static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->sync.taker); }
 
 /* Waiting workers are woken in batches, a quarter of the ring at a time,
    unless the ring runs low or the taker is starving: one wakeup then buys
    several loads instead of one. */
 static void pf__wake_workers(pf_loader *l, bool urgent) {
-    if (!l->nfree) return;
-    if (!urgent && l->nfree < l->wake_batch && l->nready > l->active && !l->waiting[l->taker] &&
-        !l->spinning[l->taker])
+    if (!l->ring.nfree) return;
+    if (!urgent && l->ring.nfree < l->ring.wake_batch && l->ring.nready > l->at.active && !l->sync.waiting[l->sync.taker] &&
+        !l->sync.spinning[l->sync.taker])
         return;
     pf__pulse(l, PF__ROLE_WORKER); /* spinning workers: the same hysteresis */
-    if (l->waiting[PF__ROLE_WORKER]) l->wake |= l->nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
+    if (l->sync.waiting[PF__ROLE_WORKER]) l->sync.wake |= l->ring.nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
 
 /* Plan the claim cursor's epoch. Called with the lock held and returns with
    it held, but drops it around num_samples_fn: user code never runs under
    the loader's lock. */
 static void pf__plan_next(pf_loader *l) {
-    uint64_t e = l->claim_epoch, n;
+    uint64_t e = l->claim.epoch, n;
     pf__plan *p;
     uint64_t start = 0, first_batch = 0;
-    bool resumed = l->rs.active && e == l->rs.epoch;
-    l->planning = true;
-    if (resumed && l->rs.has_n) { /* the token's epoch keeps the size it had */
-        n = l->rs.n;
+    bool resumed = l->ck.rs.active && e == l->ck.rs.epoch;
+    l->claim.planning = true;
+    if (resumed && l->ck.rs.has_n) { /* the token's epoch keeps the size it had */
+        n = l->ck.rs.n;
     } else if (l->cfg.num_samples_fn) {
         pf__unlock_wake(l);
         pf__plan_why[0] = '\0';
         n = l->cfg.num_samples_fn(l->cfg.user, e);
-        pf__lock(&l->mu);
+        pf__lock(&l->sync.mu);
     } else {
         n = l->cfg.num_samples;
     }
-    l->planning = false;
+    l->claim.planning = false;
     pf__wake_all_workers(l);
     if (n == PF__PLAN_FAILED && pf__plan_why[0]) { /* a reader could not size it: due as below */
         pf__set_error(l, PF_ERR_LOAD, PF__BY_PLANNING, false, e, 0, "%s", pf__plan_why);
@@ -1781,16 +1839,16 @@ static void pf__plan_next(pf_loader *l) {
         return;
     }
     if (resumed) {
-        start = l->rs.pos;
-        first_batch = l->rs.batch;
-        l->rs.active = false;
+        start = l->ck.rs.pos;
+        first_batch = l->ck.rs.batch;
+        l->ck.rs.active = false;
     }
-    p = &l->plans[(l->plan_head + l->plan_count) % l->plan_cap];
+    p = &l->claim.plans[(l->claim.plan_head + l->claim.plan_count) % l->claim.plan_cap];
     pf__plan_init(p, &l->cfg, e, n, start, first_batch);
-    l->plan_count++;
-    l->claim_planned = true;
-    l->claim_batch = first_batch;
-    l->claim_nbatches = p->nbatches;
+    l->claim.plan_count++;
+    l->claim.planned = true;
+    l->claim.batch = first_batch;
+    l->claim.nbatches = p->nbatches;
     pf__wake_takers(l); /* a taker may be waiting for this epoch's plan */
 }
 
@@ -1800,9 +1858,9 @@ enum { PF__CLAIM_OK, PF__CLAIM_NO_SLOT, PF__CLAIM_NO_JOB, PF__CLAIM_DONE, PF__CL
    from (unordered)? */
 static bool pf__resume_skips(const pf_loader *l, uint64_t epoch, uint64_t batch) {
     uint32_t i;
-    if (!l->rs.nskip || epoch != l->rs.epoch) return false;
-    for (i = 0; i < l->rs.nskip; i++)
-        if (l->rs.skip[i] == batch) return true;
+    if (!l->ck.rs.nskip || epoch != l->ck.rs.epoch) return false;
+    for (i = 0; i < l->ck.rs.nskip; i++)
+        if (l->ck.rs.skip[i] == batch) return true;
     return false;
 }
 
@@ -1810,48 +1868,48 @@ static bool pf__resume_skips(const pf_loader *l, uint64_t epoch, uint64_t batch)
 static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) {
     for (;;) {
         pf__slot *s;
-        if (l->stopping || l->claims_done) return PF__CLAIM_DONE;
-        if (w->id >= l->active) return PF__CLAIM_PARKED; /* autotune: not needed now */
-        if (l->nfree == 0) return PF__CLAIM_NO_SLOT;
-        if (!l->claim_planned) {
-            if (l->cfg.epochs && l->claim_epoch >= l->cfg.epochs) {
-                l->claims_done = true;
+        if (l->sync.stopping || l->claim.done) return PF__CLAIM_DONE;
+        if (w->id >= l->at.active) return PF__CLAIM_PARKED; /* autotune: not needed now */
+        if (l->ring.nfree == 0) return PF__CLAIM_NO_SLOT;
+        if (!l->claim.planned) {
+            if (l->cfg.epochs && l->claim.epoch >= l->cfg.epochs) {
+                l->claim.done = true;
                 return PF__CLAIM_DONE;
             }
-            if (l->planning || l->plan_count == l->plan_cap) return PF__CLAIM_NO_JOB;
+            if (l->claim.planning || l->claim.plan_count == l->claim.plan_cap) return PF__CLAIM_NO_JOB;
             pf__plan_next(l);
             continue; /* the lock was dropped: look again */
         }
-        if (l->claim_batch < l->claim_nbatches && pf__resume_skips(l, l->claim_epoch, l->claim_batch)) {
-            l->claim_batch++; /* delivered before the checkpoint */
+        if (l->claim.batch < l->claim.nbatches && pf__resume_skips(l, l->claim.epoch, l->claim.batch)) {
+            l->claim.batch++; /* delivered before the checkpoint */
             continue;
         }
-        if (l->claim_batch == l->claim_nbatches) { /* epoch fully claimed */
-            l->claim_epoch++;
-            l->claim_planned = false;
+        if (l->claim.batch == l->claim.nbatches) { /* epoch fully claimed */
+            l->claim.epoch++;
+            l->claim.planned = false;
             continue;
         }
         /* unordered: no claim at or past the first undelivered batch of its
-           epoch + ck_win, so the batches delivered past it (a checkpoint's
-           done list) fit in ck_done without aliasing. An epoch the consumer
+           epoch + ck.win, so the batches delivered past it (a checkpoint's
+           done list) fit in ck.done without aliasing. An epoch the consumer
            has not reached counts from 0: on CUDA the stager runs ahead
            across the epoch end, so without the cap a next epoch could have
-           more than ck_win batches in flight when the consumer gets there.
+           more than ck.win batches in flight when the consumer gets there.
            It cannot deadlock: every batch below the cap is claimed already,
            so the consumer reaches and delivers its first undelivered one,
            which moves the cap (pf__note_delivery wakes the claim). */
         if (l->cfg.unordered &&
-            l->claim_batch >= (l->claim_epoch == l->cons_epoch ? l->ck_low : 0) + l->ck_win) {
-            l->lead_capped = true; /* woken when the consumer moves ck_low */
+            l->claim.batch >= (l->claim.epoch == l->cons.epoch ? l->ck.low : 0) + l->ck.win) {
+            l->ck.lead_capped = true; /* woken when the consumer moves ck.low */
             return PF__CLAIM_NO_JOB;
         }
-        s = &l->slots[l->free_stack[--l->nfree]];
+        s = &l->ring.slots[l->ring.free_stack[--l->ring.nfree]];
         pf__move(&s->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_LOADING);
-        s->seq = l->next_seq++;
-        s->b.epoch = l->claim_epoch;
-        s->b.batch = l->claim_batch++;
-        s->b.nbatches = l->claim_nbatches;
-        s->plan = pf__plan_find(l, l->claim_epoch);
+        s->seq = l->claim.next_seq++;
+        s->b.epoch = l->claim.epoch;
+        s->b.batch = l->claim.batch++;
+        s->b.nbatches = l->claim.nbatches;
+        s->plan = pf__plan_find(l, l->claim.epoch);
         s->b.n = s->plan->n;
         s->worker = w->id;
         s->result = PF_OK;
@@ -1864,12 +1922,12 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
 /* A worker finished slot s (lock held). */
 static void pf__publish(pf_loader *l, pf__slot *s) {
     pf__move(&s->state, PF__FROM(PF__SLOT_LOADING), PF__SLOT_READY);
-    l->nready++;
-    if (s->result != PF_OK) l->claims_done = true; /* stop loading: nothing after it is delivered in order */
+    l->ring.nready++;
+    if (s->result != PF_OK) l->claim.done = true; /* stop loading: nothing after it is delivered in order */
     if (l->cfg.unordered)
-        l->ready_fifo[(l->ready_head + l->ready_count++) % l->nslots] = s->index;
+        l->ring.ready_fifo[(l->ring.ready_head + l->ring.ready_count++) % l->ring.nslots] = s->index;
     else
-        l->order[s->seq % l->nslots] = s->index + 1;
+        l->ring.order[s->seq % l->ring.nslots] = s->index + 1;
     pf__wake_takers(l);
 }
 
@@ -1879,7 +1937,7 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
     pf__move(&s->state, PF__FROM(PF__SLOT_READY) | PF__FROM(PF__SLOT_HELD) | PF__FROM(PF__SLOT_COPYING),
              PF__SLOT_FREE);
     s->ticket = 0;
-    l->free_stack[l->nfree++] = s->index;
+    l->ring.free_stack[l->ring.nfree++] = s->index;
     pf__wake_workers(l, false);
 }
 
@@ -1888,40 +1946,40 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
 static int pf__take(pf_loader *l, pf__slot **out) {
     pf__plan *p;
     pf__slot *s = NULL;
-    p = pf__plan_find(l, l->take_epoch);
+    p = pf__plan_find(l, l->take.epoch);
     if (!p) {
-        if (l->cfg.epochs && l->take_epoch >= l->cfg.epochs) return PF_END_OF_DATA;
-        if (l->error.by == PF__BY_PLANNING && l->taken >= l->error.seq) return l->error.code;
+        if (l->cfg.epochs && l->take.epoch >= l->cfg.epochs) return PF_END_OF_DATA;
+        if (l->error.by == PF__BY_PLANNING && l->take.taken >= l->error.seq) return l->error.code;
         return PF__WAIT;
     }
-    if (l->take_done == p->nbatches) {
-        l->take_ended_n = p->n;
-        l->take_epoch++;
-        l->take_done = 0;
-        l->plan_head = (l->plan_head + 1) % l->plan_cap;
-        l->plan_count--;
+    if (l->take.done == p->nbatches) {
+        l->take.ended_n = p->n;
+        l->take.epoch++;
+        l->take.done = 0;
+        l->claim.plan_head = (l->claim.plan_head + 1) % l->claim.plan_cap;
+        l->claim.plan_count--;
         pf__wake_all_workers(l); /* room for another plan */
         return PF_END_OF_EPOCH;
     }
     if (!l->cfg.unordered) {
-        uint32_t *o = &l->order[l->taken % l->nslots];
+        uint32_t *o = &l->ring.order[l->take.taken % l->ring.nslots];
         if (!*o) return PF__WAIT;
-        s = &l->slots[*o - 1];
+        s = &l->ring.slots[*o - 1];
         *o = 0;
     } else {
         uint32_t i;
-        for (i = 0; i < l->ready_count; i++) {
-            uint32_t k = (l->ready_head + i) % l->nslots;
-            if (l->slots[l->ready_fifo[k]].b.epoch == l->take_epoch) break;
+        for (i = 0; i < l->ring.ready_count; i++) {
+            uint32_t k = (l->ring.ready_head + i) % l->ring.nslots;
+            if (l->ring.slots[l->ring.ready_fifo[k]].b.epoch == l->take.epoch) break;
         }
-        if (i == l->ready_count) return PF__WAIT;
-        s = &l->slots[l->ready_fifo[(l->ready_head + i) % l->nslots]];
+        if (i == l->ring.ready_count) return PF__WAIT;
+        s = &l->ring.slots[l->ring.ready_fifo[(l->ring.ready_head + i) % l->ring.nslots]];
         for (; i > 0; i--) /* close the gap, keeping completion order */
-            l->ready_fifo[(l->ready_head + i) % l->nslots] = l->ready_fifo[(l->ready_head + i - 1) % l->nslots];
-        l->ready_head = (l->ready_head + 1) % l->nslots;
-        l->ready_count--;
+            l->ring.ready_fifo[(l->ring.ready_head + i) % l->ring.nslots] = l->ring.ready_fifo[(l->ring.ready_head + i - 1) % l->ring.nslots];
+        l->ring.ready_head = (l->ring.ready_head + 1) % l->ring.nslots;
+        l->ring.ready_count--;
     }
-    l->nready--;
+    l->ring.nready--;
     pf__wake_workers(l, false);
     if (s->result == PF_OK && s->b.sm.skipped) pf__skip_account(l, s);
     if (s->result != PF_OK) {
@@ -1930,8 +1988,8 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         pf__slot_free(l, s);
         return code;
     }
-    l->taken++;
-    l->take_done++;
+    l->take.taken++;
+    l->take.done++;
     *out = s;
     return PF_OK;
 }
@@ -1943,14 +2001,14 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
     uint32_t loading = 0, ready = 0, copying = 0, i;
     pf__slot *late = NULL, *staging = NULL;
     uint64_t now = pf__now_ns();
-    for (i = 0; i < l->nslots; i++) {
-        pf__slot *s = &l->slots[i];
+    for (i = 0; i < l->ring.nslots; i++) {
+        pf__slot *s = &l->ring.slots[i];
         loading += s->state == PF__SLOT_LOADING;
         ready += s->state == PF__SLOT_READY;
         copying += s->state == PF__SLOT_COPYING;
         if (s->state == PF__SLOT_STAGING) staging = s;
-        if (s->state == PF__SLOT_LOADING && s->b.epoch == l->take_epoch &&
-            (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->taken))
+        if (s->state == PF__SLOT_LOADING && s->b.epoch == l->take.epoch &&
+            (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->take.taken))
             late = s;
     }
     if (staging) { /* CUDA only: loaded, waiting for a device slot */
@@ -1967,8 +2025,8 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
         pf__format(dst, size,
                    "epoch %llu batch %llu is late: no worker has started it (%u of %u host slots "
                    "loading, %u ready, %u copying, %u held by the consumer)",
-                   (unsigned long long)l->take_epoch, (unsigned long long)l->take_done, (unsigned)loading,
-                   (unsigned)l->nslots, (unsigned)ready, (unsigned)copying, (unsigned)l->held);
+                   (unsigned long long)l->take.epoch, (unsigned long long)l->take.done, (unsigned)loading,
+                   (unsigned)l->ring.nslots, (unsigned)ready, (unsigned)copying, (unsigned)l->cons.held);
 }
 
 /* Why the consumer waited. On CUDA the host runs ahead of the GPU, so a
@@ -1990,20 +2048,20 @@ typedef struct pf__wait_on {
    exceeds elapsed_s. The span takes the kind of the wait that closes it:
    a wait's kind may be settled only when it ends. */
 static void pf__wait_begins(pf_loader *l) {
-    if (l->st_waiters++ == 0) l->st_wait_since = pf__now_ns();
+    if (l->st.waiters++ == 0) l->st.wait_since = pf__now_ns();
 }
 
 static void pf__wait_ends(pf_loader *l, int kind) {
     uint64_t now = pf__now_ns(), dt;
-    l->st_last_ns = now; /* a pf_next that waits again still counts as latest */
-    if (--l->st_waiters) return;
-    dt = now - l->st_wait_since;
+    l->st.last_ns = now; /* a pf_next that waits again still counts as latest */
+    if (--l->st.waiters) return;
+    dt = now - l->st.wait_since;
     if (kind == PF__WAIT_COPY)
-        l->st_wait_copy_ns += dt;
+        l->st.wait_copy_ns += dt;
     else if (kind == PF__WAIT_GPU)
-        l->st_wait_gpu_ns += dt;
+        l->st.wait_gpu_ns += dt;
     else
-        l->st_wait_input_ns += dt;
+        l->st.wait_input_ns += dt;
 }
 
 /* The consumer waits (optional deadline): 0 woken, 1 timed out (lock held). */
@@ -2020,36 +2078,36 @@ static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
 
 static void pf__note_delivery(pf_loader *l, const pf__desc *b) {
     uint64_t batch = b->batch;
-    l->st_batches++;
-    l->st_samples += b->count;
-    l->st_bytes += b->bytes;
-    l->st_ready_sum += l->nready;
-    l->cons_epoch = b->epoch;
-    l->cons_batch++;
-    l->cons_nbatches = b->nbatches;
+    l->st.batches++;
+    l->st.samples += b->count;
+    l->st.bytes += b->bytes;
+    l->st.ready_sum += l->ring.nready;
+    l->cons.epoch = b->epoch;
+    l->cons.batch++;
+    l->cons.nbatches = b->nbatches;
     /* the checkpoint position: the first batch not yet delivered */
-    l->ck_n = b->n;
-    l->ck_n_known = true;
-    PF_ASSERT(batch >= l->ck_low && batch < l->ck_low + l->ck_win);
-    if (batch == l->ck_low) {
-        do l->ck_done[l->ck_low++ % l->ck_win] = 0;
-        while (l->ck_done[l->ck_low % l->ck_win]);
-        if (l->lead_capped) { /* a worker stopped at the lead cap: it moved */
-            l->lead_capped = false;
+    l->ck.n = b->n;
+    l->ck.n_known = true;
+    PF_ASSERT(batch >= l->ck.low && batch < l->ck.low + l->ck.win);
+    if (batch == l->ck.low) {
+        do l->ck.done[l->ck.low++ % l->ck.win] = 0;
+        while (l->ck.done[l->ck.low % l->ck.win]);
+        if (l->ck.lead_capped) { /* a worker stopped at the lead cap: it moved */
+            l->ck.lead_capped = false;
             pf__wake_all_workers(l);
         }
     } else {
-        l->ck_done[batch % l->ck_win] = 1;
+        l->ck.done[batch % l->ck.win] = 1;
     }
 }
 
 static void pf__note_epoch_end(pf_loader *l) {
-    l->cons_epoch++;
-    l->cons_batch = 0;
-    l->cons_nbatches = 0;
-    l->ck_low = l->ck_start = l->ck_first = 0;
-    l->ck_n_known = false;
-    memset(l->ck_done, 0, l->ck_win);
+    l->cons.epoch++;
+    l->cons.batch = 0;
+    l->cons.nbatches = 0;
+    l->ck.low = l->ck.start = l->ck.first = 0;
+    l->ck.n_known = false;
+    memset(l->ck.done, 0, l->ck.win);
 }
 
 /* >>autotune -------------------------------------------------------------- */
@@ -2082,29 +2140,29 @@ static bool pf__drifted(double now, double then) { return now > then * 1.33 || n
 
 /* The ring should hold `slots` (at most nslots): grow it (pf__grow). */
 static void pf__ring_for(pf_loader *l, uint32_t slots) {
-    if (slots > l->nslots) slots = l->nslots;
-    if (!l->grow_failed && slots > l->grow_to && slots > l->nalloc) l->grow_to = slots;
+    if (slots > l->ring.nslots) slots = l->ring.nslots;
+    if (!l->ring.grow_failed && slots > l->ring.grow_to && slots > l->ring.nalloc) l->ring.grow_to = slots;
 }
 
 static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
     pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %llu batches, "
-               "%.0f batches/s)", (unsigned)l->active, (unsigned)n, why, waited * 100,
-               (unsigned long long)(l->st_batches - l->at.batches_prev), thr);
-    if (n > l->active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
-    if (n > l->active) pf__ring_for(l, l->active + n + 1); /* on trial: see pf__grow */
-    l->active = n;
+               "%.0f batches/s)", (unsigned)l->at.active, (unsigned)n, why, waited * 100,
+               (unsigned long long)(l->st.batches - l->at.batches_prev), thr);
+    if (n > l->at.active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
+    if (n > l->at.active) pf__ring_for(l, l->at.active + n + 1); /* on trial: see pf__grow */
+    l->at.active = n;
     l->at.changes++;
-    l->at.last_change_batch = l->st_batches;
+    l->at.last_change_batch = l->st.batches;
 }
 
 /* A measuring period starts now: the counters it is measured against. */
 static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.batches_prev = l->at.batches0;
     l->at.t0 = now;
-    l->at.batches0 = l->st_batches;
+    l->at.batches0 = l->st.batches;
     l->at.wait0 = waits;
-    l->at.load0 = l->st_load_ns;
-    l->at.wwait0 = l->st_worker_wait_ns;
+    l->at.load0 = l->st.load_ns;
+    l->at.wwait0 = l->st.worker_wait_ns;
 }
 
 static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to);
@@ -2126,43 +2184,43 @@ static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to);
    loading, ready or held; the peak is bounded by the most workers that
    ran). If the allocation fails the ring stays as it is, and autotune keeps
    within what it can keep busy. Lock held on entry and return. */
-static bool pf__grow_due(const pf_loader *l) { return l->grow_to > l->nalloc && !l->growing && !l->stopping; }
+static bool pf__grow_due(const pf_loader *l) { return l->ring.grow_to > l->ring.nalloc && !l->ring.growing && !l->sync.stopping; }
 
 static void pf__grow(pf_loader *l) {
-    uint32_t from = l->nalloc, to = l->grow_to;
+    uint32_t from = l->ring.nalloc, to = l->ring.grow_to;
     bool ok;
-    l->growing = true;
+    l->ring.growing = true;
     pf__unlock_wake(l);
     ok = PF__BACKEND(l, pf__grow_slots)(l, from, to);
-    pf__lock(&l->mu);
-    l->growing = false;
+    pf__lock(&l->sync.mu);
+    l->ring.growing = false;
     if (!ok) {
-        l->grow_failed = true;
-        l->grow_to = l->nalloc;
+        l->ring.grow_failed = true;
+        l->ring.grow_to = l->ring.nalloc;
     } else {
         uint32_t i;
-        for (i = from; i < to; i++) l->free_stack[l->nfree++] = i;
-        l->nalloc = to;
-        l->wake_batch = to >= 8 ? to / 4 : 1;
+        for (i = from; i < to; i++) l->ring.free_stack[l->ring.nfree++] = i;
+        l->ring.nalloc = to;
+        l->ring.wake_batch = to >= 8 ? to / 4 : 1;
         pf__wake_all_workers(l);
     }
     if (!ok) {
         pf__unlock_wake(l);
         pf__log(&l->cfg, PF_LOG_INFO, "autotune: could not allocate %u more slots of %llu bytes; the ring stays at %u",
                 (unsigned)(to - from), (unsigned long long)l->stride, (unsigned)from);
-        pf__lock(&l->mu);
+        pf__lock(&l->sync.mu);
     }
 }
 
 static void pf__autotune(pf_loader *l) {
-    uint64_t now, waits, db = l->st_batches - l->at.batches0;
-    uint32_t ring = l->grow_failed ? l->nalloc : l->nslots; /* what the ring can grow to */
+    uint64_t now, waits, db = l->st.batches - l->at.batches0;
+    uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
     double dt, thr, waited, load_pb, step_pb, idle;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     now = pf__now_ns();
     if (l->at.t0 && now - l->at.t0 < PF__AT_MIN_NS) return; /* cheap batches: 32 of them are noise */
-    waits = l->st_wait_input_ns + l->st_wait_copy_ns;
+    waits = l->st.wait_input_ns + l->st.wait_copy_ns;
     if (!l->at.t0) { /* the first period starts with the first batch */
         pf__at_period_start(l, now, waits);
         l->at.cap = limit;
@@ -2172,9 +2230,9 @@ static void pf__autotune(pf_loader *l) {
     if (dt <= 0) return;
     thr = (double)db / dt;
     waited = pf__sec(waits - l->at.wait0) / dt;
-    load_pb = pf__sec(l->st_load_ns - l->at.load0) / (double)db;
+    load_pb = pf__sec(l->st.load_ns - l->at.load0) / (double)db;
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
-    idle = pf__sec(l->st_worker_wait_ns - l->at.wwait0) / (dt * l->active);
+    idle = pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active);
     pf__at_period_start(l, now, waits);
     if (l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load)) l->at.cap = limit; /* the load changed */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
@@ -2190,14 +2248,14 @@ static void pf__autotune(pf_loader *l) {
             pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
             return;
         }
-        pf__ring_for(l, pf__ring_slots(l->active, l->cfg.batch_bytes)); /* kept: the full ring for them */
+        pf__ring_for(l, pf__ring_slots(l->at.active, l->cfg.batch_bytes)); /* kept: the full ring for them */
     }
     hi = limit < l->at.cap ? limit : l->at.cap;
-    if (waited > 0.05 && l->active < hi) {
+    if (waited > 0.05 && l->at.active < hi) {
         double need = step_pb > 1e-9 ? load_pb / step_pb : (double)hi;
         uint32_t want = need > (double)hi ? hi : (uint32_t)need + 1;
-        if (want > 2 * l->active) want = 2 * l->active;
-        if (want <= l->active) want = l->active + 1;
+        if (want > 2 * l->at.active) want = 2 * l->at.active;
+        if (want <= l->at.active) want = l->at.active + 1;
         if (want > hi) want = hi;
         if (l->at.shrunk) { /* fewer starved the consumer: not below this */
             l->at.floor = want;
@@ -2206,14 +2264,14 @@ static void pf__autotune(pf_loader *l) {
         l->at.shrunk = false;
         l->at.thr_before = thr;
         l->at.load_before = load_pb;
-        l->at.before = l->active;
+        l->at.before = l->at.active;
         l->at.probing = true;
         pf__set_active(l, want, "input-bound", waited, thr);
-    } else if (waited < 0.01 && idle > 0.5 && l->active > 1 && l->active > l->at.floor) {
+    } else if (waited < 0.01 && idle > 0.5 && l->at.active > 1 && l->at.active > l->at.floor) {
         if (++l->at.idle_streak < 3) return; /* three periods in a row, not one noisy one */
         l->at.idle_streak = 0;
         l->at.shrunk = true;
-        pf__set_active(l, l->active - 1, "compute-bound, workers idle", waited, thr);
+        pf__set_active(l, l->at.active - 1, "compute-bound, workers idle", waited, thr);
         return;
     }
     l->at.idle_streak = 0;
@@ -2256,17 +2314,17 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
        after starting some threads must not have run callbacks */
     {
         bool go;
-        pf__lock(&l->mu);
-        while (!l->started && !l->stopping) pf__wait(l, PF__ROLE_WORKER, NULL);
-        go = l->started;
-        pf__unlock(&l->mu);
+        pf__lock(&l->sync.mu);
+        while (!l->sync.started && !l->sync.stopping) pf__wait(l, PF__ROLE_WORKER, NULL);
+        go = l->sync.started;
+        pf__unlock(&l->sync.mu);
         if (!go) PF__THREAD_RETURN;
     }
     if (l->cfg.on_worker_start) l->cfg.on_worker_start(l->cfg.user, w->id);
     /* One clock read per batch: the end of a load is the start of the next
        claim (or the wakeup after a wait). */
     uint64_t now = pf__now_ns();
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     for (;;) {
         pf__slot *s = NULL;
         pf_job job;
@@ -2281,7 +2339,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             if (w->live) { /* its state goes while it is parked, on its own thread */
                 pf__unlock_wake(l);
                 pf__worker_down(l, w);
-                pf__lock(&l->mu);
+                pf__lock(&l->sync.mu);
                 continue;
             }
             pf__wait(l, PF__ROLE_PARKED, NULL);
@@ -2294,9 +2352,9 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
                it is woken a batch of free slots at a time (pf__wake_workers),
                a wake that many loads share, while its spin would take a CPU
                from the consumer on a busy machine */
-            if (!(l->wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER))) pf__wait(l, PF__ROLE_WORKER, NULL);
+            if (!(l->ring.wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER))) pf__wait(l, PF__ROLE_WORKER, NULL);
             now = pf__now_ns();
-            if (claim == PF__CLAIM_NO_SLOT) l->st_worker_wait_ns += now - t0;
+            if (claim == PF__CLAIM_NO_SLOT) l->st.worker_wait_ns += now - t0;
             continue;
         }
         pf__unlock_wake(l);
@@ -2325,9 +2383,9 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             pf__job_end(l, s, w, &job);
         }
         s->b.bytes = job.bytes;
-        if (s->result != PF_OK && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
-        pf__lock(&l->mu);
-        l->st_load_ns += now - s->started_ns; /* index computation counts as loading */
+        if (s->result != PF_OK && !PF__LOAD_FLAG(&l->sync.stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
+        pf__lock(&l->sync.mu);
+        l->st.load_ns += now - s->started_ns; /* index computation counts as loading */
         pf__publish(l, s);
     }
     pf__unlock_wake(l);
@@ -2391,13 +2449,13 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     char msg[PF__MSG_SIZE];
     pf_result r;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
-    pf__lock(&l->mu);
-    if (!l->st_first_ns) l->st_first_ns = l->st_last_ns = pf__now_ns(); /* waits count from the first call */
+    pf__lock(&l->sync.mu);
+    if (!l->st.first_ns) l->st.first_ns = l->st.last_ns = pf__now_ns(); /* waits count from the first call */
     if (!out) r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_next: out is NULL");
     else if (pf__error_due(l)) r = pf__show_error(l);
     else r = take(l, out, l->cfg.timeout_ms ? &deadline : NULL);
-    l->st_last_ns = pf__now_ns(); /* elapsed_s runs to the latest pf_next, whatever it returned */
-    *progress = r == PF_OK && l->cfg.progress && l->st_batches % l->cfg.progress_every == 0;
+    l->st.last_ns = pf__now_ns(); /* elapsed_s runs to the latest pf_next, whatever it returned */
+    *progress = r == PF_OK && l->cfg.progress && l->st.batches % l->cfg.progress_every == 0;
     if (r == PF_OK && l->cfg.autotune) pf__autotune(l);
     msg[0] = '\0';
     if (l->at.msg[0]) { /* autotune changed the worker count: say so */
@@ -2425,8 +2483,8 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         int r = pf__take(l, &s);
         if (r == PF_OK) {
             pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
-            s->ticket = ++l->ticket;
-            l->held++;
+            s->ticket = ++l->cons.ticket;
+            l->cons.held++;
             pf__deliver(l, out, &s->b, s->data, s->ticket, s->index);
             return PF_OK;
         }
@@ -2437,10 +2495,10 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
         if (r != PF__WAIT) return pf__show_error(l);
         /* an epoch's end needs no slot; a batch does, and none can come */
-        if (l->held == l->nslots)
+        if (l->cons.held == l->ring.nslots)
             return pf__fail(l, PF_ERR_INVALID_STATE,
                             "pf_next: the caller holds all %u host slots; release a batch first "
-                            "(or raise cfg.host_slots)", (unsigned)l->nslots);
+                            "(or raise cfg.host_slots)", (unsigned)l->ring.nslots);
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
         if (w != PF_OK) return w;
     }
@@ -2461,7 +2519,7 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
     return PF_OK;
 }
 
-static uint64_t pf__host_ticket(pf_loader *l, uint32_t slot) { return l->slots[slot].ticket; }
+static uint64_t pf__host_ticket(pf_loader *l, uint32_t slot) { return l->ring.slots[slot].ticket; }
 
 #define PF__POISON 0xA5
 
@@ -2475,11 +2533,11 @@ static pf_result pf__next_host(pf_loader *l, pf_batch *out) {
 
 static pf_result pf__release_host(pf_loader *l, pf_batch *b) {
     pf_result r;
-    pf__lock(&l->mu);
-    r = pf__check_batch(l, b, "pf_release", l->nslots, pf__host_ticket);
+    pf__lock(&l->sync.mu);
+    r = pf__check_batch(l, b, "pf_release", l->ring.nslots, pf__host_ticket);
     if (r == PF_OK) {
-        l->held--;
-        pf__slot_free(l, &l->slots[b->pf__slot]);
+        l->cons.held--;
+        pf__slot_free(l, &l->ring.slots[b->pf__slot]);
         b->pf__ticket = 0;
     }
     pf__unlock_wake(l);
@@ -2489,8 +2547,8 @@ static pf_result pf__release_host(pf_loader *l, pf_batch *b) {
 /* The batch is the host slot: nothing to wait for but a valid batch. */
 static pf_result pf__batch_wait_host(pf_loader *l, const pf_batch *b) {
     pf_result r;
-    pf__lock(&l->mu);
-    r = pf__check_batch(l, b, "pf_batch_wait", l->nslots, pf__host_ticket);
+    pf__lock(&l->sync.mu);
+    r = pf__check_batch(l, b, "pf_batch_wait", l->ring.nslots, pf__host_ticket);
     pf__unlock_wake(l);
     return r;
 }
@@ -2501,23 +2559,23 @@ static bool pf__staged_epoch_n_host(const pf_loader *l, uint64_t *n) { return (v
 
 /* Host slots: one block from cfg.allocator, each slot PF__ALIGN-aligned. */
 static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
-    size_t bytes = (size_t)l->nalloc * l->stride + PF__ALIGN;
+    size_t bytes = (size_t)l->ring.nalloc * l->stride + PF__ALIGN;
     unsigned char *p;
     uint32_t i;
-    l->host_raw = l->cfg.allocator.alloc_fn(bytes, l->cfg.allocator.user_data);
-    if (!l->host_raw) {
+    l->ring.host_raw = l->cfg.allocator.alloc_fn(bytes, l->cfg.allocator.user_data);
+    if (!l->ring.host_raw) {
         pf__format(why, n, "pf_create: out of memory: %llu bytes for host_slots %u x %llu (cfg.allocator)",
-                   (unsigned long long)bytes, (unsigned)l->nalloc, (unsigned long long)l->stride);
+                   (unsigned long long)bytes, (unsigned)l->ring.nalloc, (unsigned long long)l->stride);
         return PF_ERR_NO_MEMORY;
     }
-    p = (unsigned char *)l->host_raw;
+    p = (unsigned char *)l->ring.host_raw;
     p += (PF__ALIGN - (uintptr_t)p % PF__ALIGN) % PF__ALIGN;
     /* touch every page now: memory use is exact from the start and the
        first epoch pays no page faults (pinned memory is resident
        already). Not with zeros: some hypervisors back zeroed pages
        lazily and charge the first real write instead. */
-    memset(p, 0xa5, (size_t)l->nalloc * l->stride);
-    for (i = 0; i < l->nalloc; i++) l->slots[i].data = p + (size_t)i * l->stride;
+    memset(p, 0xa5, (size_t)l->ring.nalloc * l->stride);
+    for (i = 0; i < l->ring.nalloc; i++) l->ring.slots[i].data = p + (size_t)i * l->stride;
     return PF_OK;
 }
 
@@ -2528,17 +2586,17 @@ static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to) {
                                                                          l->cfg.allocator.user_data);
     uint32_t i;
     if (!raw) return false;
-    l->grown[l->ngrown++] = raw;
+    l->ring.grown[l->ring.ngrown++] = raw;
     p = raw + (PF__ALIGN - (uintptr_t)raw % PF__ALIGN) % PF__ALIGN;
     memset(p, 0xa5, (size_t)(to - from) * l->stride);
-    for (i = from; i < to; i++) l->slots[i].data = p + (size_t)(i - from) * l->stride;
+    for (i = from; i < to; i++) l->ring.slots[i].data = p + (size_t)(i - from) * l->stride;
     return true;
 }
 
 static void pf__free_slots_host(pf_loader *l) {
     uint32_t i;
-    if (l->host_raw) l->cfg.allocator.free_fn(l->host_raw, l->cfg.allocator.user_data);
-    for (i = 0; i < l->ngrown; i++) l->cfg.allocator.free_fn(l->grown[i], l->cfg.allocator.user_data);
+    if (l->ring.host_raw) l->cfg.allocator.free_fn(l->ring.host_raw, l->cfg.allocator.user_data);
+    for (i = 0; i < l->ring.ngrown; i++) l->cfg.allocator.free_fn(l->ring.grown[i], l->cfg.allocator.user_data);
 }
 
 /* The host backend has no helper threads. */
@@ -2745,7 +2803,7 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    record). */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
-    size_t host_bytes = (size_t)l->nalloc * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
+    size_t host_bytes = (size_t)l->ring.nalloc * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
                    timed = cudaEventDefault, timed_wait = cudaEventBlockingSync;
     char m[PF__MSG_SIZE];
@@ -2770,7 +2828,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaHostAlloc((void **)&cu->pinned, host_bytes, cudaHostAllocDefault),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
                  "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu)", (unsigned long long)host_bytes,
-                 (unsigned)l->nalloc, (unsigned long long)l->stride)
+                 (unsigned)l->ring.nalloc, (unsigned long long)l->stride)
     PF__CUDA_TRY(cudaMalloc((void **)&cu->dev, dev_bytes),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
                  "cudaMalloc of %llu device bytes (device_slots %u x %llu)", (unsigned long long)dev_bytes,
@@ -2789,7 +2847,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     for (d = 0; d < cu->nhdone; d++)
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->hdone[d], timed_wait), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(hdone[%u])", (unsigned)d)
-    for (d = 0; d < l->nslots; d++) {
+    for (d = 0; d < l->ring.nslots; d++) {
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->reached[d], timed), pf__cuda_code(e),
                      "cudaEventCreateWithFlags(reached[%u])", (unsigned)d)
         PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->fed[d], timed), pf__cuda_code(e),
@@ -2798,7 +2856,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
 #undef PF__CUDA_TRY
-    for (d = 0; d < l->nalloc; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
+    for (d = 0; d < l->ring.nalloc; d++) l->ring.slots[d].data = cu->pinned + (size_t)d * l->stride;
 done:
     if (r != PF_OK) (void)cudaGetLastError(); /* leave no error behind for the caller's next call */
     pf__cuda_leave(l, &sv);
@@ -2823,7 +2881,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     cudaError_t theirs = cudaPeekAtLastError(), e = pf__cuda_enter(l, &sv);
     (void)e; /* even without the device, free what we can */
     if (cu->copy) (void)cudaStreamSynchronize(cu->copy);
-    if (cu->drain && l->st_batches && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
+    if (cu->drain && l->st.batches && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
         (void)cudaEventSynchronize(cu->drain);
     for (d = 0; d < l->cfg.device_slots; d++) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
@@ -2831,7 +2889,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     }
     for (d = 0; cu->hdone && d < cu->nhdone; d++)
         if (cu->hdone[d]) (void)cudaEventDestroy(cu->hdone[d]);
-    for (d = 0; cu->reached && d < l->nslots; d++) {
+    for (d = 0; cu->reached && d < l->ring.nslots; d++) {
         if (cu->reached[d]) (void)cudaEventDestroy(cu->reached[d]);
         if (cu->fed[d]) (void)cudaEventDestroy(cu->fed[d]);
     }
@@ -2839,7 +2897,7 @@ static void pf__cuda_destroy(pf_loader *l) {
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
     if (cu->dev) (void)cudaFree(cu->dev);
     if (cu->pinned) (void)cudaFreeHost(cu->pinned);
-    for (d = 0; d < l->ngrown; d++) (void)cudaFreeHost(l->grown[d]); /* autotune's growth (>>autotune) */
+    for (d = 0; d < l->ring.ngrown; d++) (void)cudaFreeHost(l->ring.grown[d]); /* autotune's growth (>>autotune) */
     if (cudaPeekAtLastError() != theirs) (void)cudaGetLastError(); /* one of the calls above failed */
     pf__cuda_leave(l, &sv);
     pf__cuda_ctx_release(cu);
@@ -2850,7 +2908,7 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
     pf__item *it = &cu->fifo[(cu->fifo_head + cu->fifo_count++) % cu->fifo_cap];
     it->kind = kind;
     it->slot = slot;
-    it->n = kind == PF__ITEM_EPOCH_END ? l->take_ended_n : 0;
+    it->n = kind == PF__ITEM_EPOCH_END ? l->take.ended_n : 0;
     pf__wake(l, PF__ROLE_CONSUMER);
 }
 
@@ -2860,7 +2918,7 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
    thread that might wait on it is woken. Only the consumer's own calls
    write pf_error's text (lock held, any thread). */
 static void pf__cuda_fatal(pf_loader *l, int by, const char *msg) {
-    pf__set_error(l, PF_ERR_CUDA, by, true, l->cons_epoch, l->cons_batch, "%s", msg);
+    pf__set_error(l, PF_ERR_CUDA, by, true, l->cons.epoch, l->cons.batch, "%s", msg);
     l->cu.stager_done = true;
     pf__wake(l, PF__ROLE_CONSUMER);
     pf__wake(l, PF__ROLE_STAGER);
@@ -2913,7 +2971,7 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, u
    held. */
 static void pf__helper_begin(pf_loader *l, int by, const char *who, char *logmsg, size_t n) {
     cudaError_t e = cudaSetDevice(l->cu.device);
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     if (e != cudaSuccess) {
         char what[64];
         pf__format(what, sizeof what, "%s: cudaSetDevice(%d)", who, l->cu.device);
@@ -2927,7 +2985,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
     pf__cuda *cu = &l->cu;
     char logmsg[PF__MSG_SIZE] = "";
     pf__helper_begin(l, PF__BY_STAGER, "stager", logmsg, sizeof logmsg);
-    while (!l->stopping && !cu->stager_done) {
+    while (!l->sync.stopping && !cu->stager_done) {
         pf__slot *s = NULL;
         pf__dslot *ds;
         uint32_t d;
@@ -2955,9 +3013,9 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
             continue;
         }
         pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_STAGING);
-        while (cu->dfree_count == 0 && !l->stopping && !cu->stager_done)
+        while (cu->dfree_count == 0 && !l->sync.stopping && !cu->stager_done)
             if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
-        if (l->stopping || cu->stager_done) break;
+        if (l->sync.stopping || cu->stager_done) break;
         d = cu->dfree[cu->dfree_head];
         cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
         cu->dfree_count--;
@@ -2976,26 +3034,26 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
         PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->b.epoch, (unsigned long long)ds->b.batch);
         r = pf__stage_copy(l, s, d, ds->b.bytes, ds->seq, why, sizeof why);
         PF__RANGE_POP();
-        pf__lock(&l->mu);
+        pf__lock(&l->sync.mu);
         if (r != PF_OK) {
             pf__cuda_fatal(l, PF__BY_STAGER, why);
             pf__format(logmsg, sizeof logmsg, "%s", why);
             break;
         }
         {
-            pf__flight *f = &cu->flights[(cu->flight_head + cu->flight_count++) % l->nslots];
+            pf__flight *f = &cu->flights[(cu->flight_head + cu->flight_count++) % l->ring.nslots];
             f->h = s->index;
             f->d = d;
             f->seq = ds->seq;
             pf__wake(l, PF__ROLE_RETIRER);
         }
         pf__move(&ds->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_READY);
-        l->st_copies++;
-        l->st_copy_bytes += ds->b.bytes;
+        l->st.copies++;
+        l->st.copy_bytes += ds->b.bytes;
         pf__push_item(l, PF__ITEM_BATCH, d);
     }
     pf__unlock_wake(l);
-    if (logmsg[0] && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", logmsg);
+    if (logmsg[0] && !PF__LOAD_FLAG(&l->sync.stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", logmsg);
     PF__THREAD_RETURN;
 }
 
@@ -3008,10 +3066,10 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
    CPU is free for it. Lock held on entry and on return, dropped around the
    CUDA calls. */
 static cudaError_t pf__retire_wait(pf_loader *l, cudaEvent_t ev) {
-    uint32_t budget = pf__cpu_free(l) ? l->spin_ns[PF__ROLE_RETIRER] : 0;
+    uint32_t budget = pf__cpu_free(l) ? l->sync.spin_ns[PF__ROLE_RETIRER] : 0;
     cudaError_t e = cudaErrorNotReady;
     bool seen = false;
-    if (budget && budget != PF_SPIN_MAX_NS && ++l->spin_probe[PF__ROLE_RETIRER] % 8u == 0) budget = PF_SPIN_MAX_NS;
+    if (budget && budget != PF_SPIN_MAX_NS && ++l->sync.spin_probe[PF__ROLE_RETIRER] % 8u == 0) budget = PF_SPIN_MAX_NS;
     pf__unlock_wake(l);
     if (budget) {
         uint64_t t0 = pf__now_ns();
@@ -3022,7 +3080,7 @@ static cudaError_t pf__retire_wait(pf_loader *l, cudaEvent_t ev) {
         if (!seen) (void)cudaGetLastError(); /* not ready is an answer, not an error to keep */
     }
     if (!seen) e = cudaEventSynchronize(ev);
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     if (budget) pf__spin_adapt(l, PF__ROLE_RETIRER, budget, seen);
     return e;
 }
@@ -3039,7 +3097,7 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
     char logmsg[PF__MSG_SIZE] = "";
     cudaError_t e;
     pf__helper_begin(l, PF__BY_RETIRER, "retirer", logmsg, sizeof logmsg);
-    while (!l->stopping && !pf__error_due(l)) {
+    while (!l->sync.stopping && !pf__error_due(l)) {
         pf__flight f;
         if (cu->flight_count == 0) {
             pf__wait(l, PF__ROLE_RETIRER, NULL);
@@ -3055,16 +3113,16 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
             pf__cuda_fatal(l, PF__BY_RETIRER, logmsg);
             break;
         }
-        cu->flight_head = (cu->flight_head + 1) % l->nslots;
+        cu->flight_head = (cu->flight_head + 1) % l->ring.nslots;
         cu->flight_count--;
         if (cu->dslots[f.d].seq == f.seq && !cu->dslots[f.d].landed) {
             cu->dslots[f.d].landed = true;
             pf__wake(l, PF__ROLE_CONSUMER); /* pf_batch_wait */
         }
-        pf__slot_free(l, &l->slots[f.h]);
+        pf__slot_free(l, &l->ring.slots[f.h]);
     }
     pf__unlock_wake(l);
-    if (logmsg[0] && !PF__LOAD_FLAG(&l->stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", logmsg);
+    if (logmsg[0] && !PF__LOAD_FLAG(&l->sync.stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", logmsg);
     PF__THREAD_RETURN;
 }
 
@@ -3097,7 +3155,7 @@ static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) 
         if (t != cudaSuccess) (void)cudaGetLastError(); /* b not landed yet: no error left behind */
     }
     pf__cuda_leave(l, &sv);
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     if (e != cudaSuccess) {
         char m[PF__MSG_SIZE];
         pf__cuda_consumer_failed(l, "pf_next", call, e, m, sizeof m);
@@ -3115,8 +3173,8 @@ static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
     pf__cuda *cu = &l->cu;
     pf__wait_on on = {PF__WAIT_COPY, cu->flight_count ? cu->flights[cu->flight_head].seq : 0};
     uint32_t i;
-    for (i = 0; on.seq && i < l->nslots; i++)
-        if (l->slots[i].state == PF__SLOT_FREE || l->slots[i].state == PF__SLOT_LOADING) on.seq = 0;
+    for (i = 0; on.seq && i < l->ring.nslots; i++)
+        if (l->ring.slots[i].state == PF__SLOT_FREE || l->ring.slots[i].state == PF__SLOT_LOADING) on.seq = 0;
     if (on.seq) return on;
     if (cu->last_released >= 0) (void)pf__cuda_ask(l, cu->released[cu->last_released], NULL, NULL);
     on.kind = PF__WAIT_INPUT;
@@ -3141,7 +3199,7 @@ static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
      (input-bound). */
 static int pf__cuda_settle(pf_loader *l, const pf__wait_on *on) {
     pf__cuda *cu = &l->cu;
-    uint32_t m = (uint32_t)(on->seq % l->nslots), k = (uint32_t)(on->seq % cu->nhdone);
+    uint32_t m = (uint32_t)(on->seq % l->ring.nslots), k = (uint32_t)(on->seq % cu->nhdone);
     double us = PF__US_UNKNOWN, copy_us = PF__US_UNKNOWN;
     if (on->kind == PF__WAIT_COPY && cu->mark_seq[m] == on->seq) {
         if (pf__cuda_ask(l, cu->reached[m], cu->fed[m], &us)) return PF__WAIT_GPU;
@@ -3187,10 +3245,10 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             if (it.kind == PF__ITEM_ERROR) return pf__show_error(l);
             ds = &cu->dslots[it.slot];
             pf__move(&ds->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
-            ds->ticket = ++l->ticket;
+            ds->ticket = ++l->cons.ticket;
             /* a copy the retirer saw complete cannot be waited for: no marks */
             ds->marked = !ds->landed;
-            if (ds->marked) cu->mark_seq[ds->seq % l->nslots] = ds->seq; /* recorded next, in pf__cuda_consume */
+            if (ds->marked) cu->mark_seq[ds->seq % l->ring.nslots] = ds->seq; /* recorded next, in pf__cuda_consume */
             cu->held++;
             pf__deliver(l, out, &ds->b, cu->dev + (size_t)it.slot * l->stride, ds->ticket, it.slot);
             return PF_OK;
@@ -3220,7 +3278,7 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     const char *call = "cudaSetDevice";
     pf__ctx_saved sv;
     uint64_t seq = l->cu.dslots[b->pf__slot].seq; /* fixed while the caller holds the batch */
-    uint32_t k = (uint32_t)(seq % l->nslots);
+    uint32_t k = (uint32_t)(seq % l->ring.nslots);
     bool marked = l->cu.dslots[b->pf__slot].marked;
     cudaError_t e = pf__cuda_enter(l, &sv);
     /* the marks: the consumer stream reached this batch, then its copy had
@@ -3244,7 +3302,7 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     if (e != cudaSuccess) {
         char m[PF__MSG_SIZE];
         pf__dslot *ds = &l->cu.dslots[b->pf__slot];
-        pf__lock(&l->mu);
+        pf__lock(&l->sync.mu);
         pf__cuda_consumer_failed(l, "pf_next", call, e, m, sizeof m);
         pf__fail(l, PF_ERR_CUDA, "%s", m);
         pf__move(&ds->state, PF__FROM(PF__SLOT_HELD), PF__SLOT_WRITTEN_OFF); /* the pipeline is stopped */
@@ -3278,7 +3336,7 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
     const char *call = "cudaSetDevice";
     cudaError_t e;
     pf_result r;
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     r = pf__check_batch(l, b, "pf_release", l->cfg.device_slots, pf__device_ticket);
     if (r != PF_OK) {
         pf__unlock_wake(l);
@@ -3295,7 +3353,7 @@ static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
         e = cudaEventRecord(cu->released[d], cu->consumer);
     }
     pf__cuda_leave(l, &sv);
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     if (e != cudaSuccess) {
         /* the GPU may still read d and nothing orders the next copy after
            it: keep d out of circulation, stop the pipeline */
@@ -3321,7 +3379,7 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     bool timed_out = false;
     pf_result r;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     r = pf__check_batch(l, b, "pf_batch_wait", l->cfg.device_slots, pf__device_ticket);
     while (r == PF_OK && !l->cu.dslots[b->pf__slot].landed) {
         if (pf__error_due(l)) {
@@ -3349,7 +3407,7 @@ static bool pf__staged_epoch_n_cuda(const pf_loader *l, uint64_t *n) {
     for (i = 0; i < cu->fifo_count; i++) {
         const pf__item *it = &cu->fifo[(cu->fifo_head + i) % cu->fifo_cap];
         if (it->kind == PF__ITEM_EPOCH_END) return *n = it->n, true;
-        if (it->kind == PF__ITEM_BATCH && cu->dslots[it->slot].b.epoch == l->cons_epoch)
+        if (it->kind == PF__ITEM_BATCH && cu->dslots[it->slot].b.epoch == l->cons.epoch)
             return *n = cu->dslots[it->slot].b.n, true;
         if (it->kind != PF__ITEM_BATCH) break;
     }
@@ -3379,8 +3437,8 @@ static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to) {
     if (!ok) (void)cudaGetLastError();
     pf__cuda_leave(l, &sv);
     if (!ok) return false;
-    l->grown[l->ngrown++] = p;
-    for (i = from; i < to; i++) l->slots[i].data = p + (size_t)(i - from) * l->stride;
+    l->ring.grown[l->ring.ngrown++] = p;
+    for (i = from; i < to; i++) l->ring.slots[i].data = p + (size_t)(i - from) * l->stride;
     return true;
 }
 static void pf__free_slots_cuda(pf_loader *l) { pf__cuda_destroy(l); }
@@ -3503,9 +3561,9 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg) {
 
 static bool pf__checkpoint_n(const pf_loader *l, uint64_t *n) {
     const pf__plan *p;
-    if (l->ck_n_known) return *n = l->ck_n, true;
+    if (l->ck.n_known) return *n = l->ck.n, true;
     if (!l->cfg.num_samples_fn) return *n = l->cfg.num_samples, true;
-    p = pf__plan_find((pf_loader *)l, l->cons_epoch); /* planned, not yet delivered from */
+    p = pf__plan_find((pf_loader *)l, l->cons.epoch); /* planned, not yet delivered from */
     if (p) return *n = p->n, true;
     /* CUDA: the stager may have taken the whole epoch and retired its plan.
        false: not planned yet; resuming asks num_samples_fn, as the run would have */
@@ -3532,36 +3590,36 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     pf_result r = PF_OK;
     if (!l) return PF_ERR_INVALID_ARG;
     if (!buf) size = 0;
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     if (pf__checkpoint_n(l, &n)) pf__format(nbuf, sizeof nbuf, "%llu", (unsigned long long)n);
-    pos = l->ck_start + (l->ck_low * l->cfg.batch_size - l->ck_first) * l->cfg.world_size;
+    pos = l->ck.start + (l->ck.low * l->cfg.batch_size - l->ck.first) * l->cfg.world_size;
     pf__append(buf, size, &len,
                PF__TOKEN_MAGIC " epoch=%llu batch=%llu pos=%llu n=%s seed=%llu batch_size=%u shuffle=%d block=%u "
                "window=%u drop_last=%d world=%u rank=%u unordered=%d done=",
-               (unsigned long long)l->cons_epoch, (unsigned long long)l->ck_low, (unsigned long long)pos, nbuf,
+               (unsigned long long)l->cons.epoch, (unsigned long long)l->ck.low, (unsigned long long)pos, nbuf,
                (unsigned long long)l->cfg.seed, (unsigned)l->cfg.batch_size, (int)l->cfg.shuffle,
                (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_block : 1),
                (unsigned)(l->cfg.shuffle_block > 1 ? l->cfg.shuffle_window : 0), (int)l->cfg.drop_last,
                (unsigned)l->cfg.world_size, (unsigned)l->cfg.rank, (int)l->cfg.unordered);
-    for (k = 1; l->cfg.unordered && k < l->ck_win; k++) /* delivered past the first missing batch */
-        if (l->ck_done[(l->ck_low + k) % l->ck_win]) {
-            uint64_t b = l->ck_low + k;
+    for (k = 1; l->cfg.unordered && k < l->ck.win; k++) /* delivered past the first missing batch */
+        if (l->ck.done[(l->ck.low + k) % l->ck.win]) {
+            uint64_t b = l->ck.low + k;
             pf__append(buf, size, &len, "%s%llu", listed++ ? "," : "", (unsigned long long)b);
         }
     if (!listed) pf__append(buf, size, &len, "-");
     /* an epoch resumed on another world size numbers its batches from that
        point: say where, so the next resume can check batch against pos */
-    if (l->ck_start != l->ck_first * l->cfg.world_size)
-        pf__append(buf, size, &len, " from=%llu:%llu", (unsigned long long)(l->ck_first / l->cfg.batch_size),
-                   (unsigned long long)l->ck_start);
+    if (l->ck.start != l->ck.first * l->cfg.world_size)
+        pf__append(buf, size, &len, " from=%llu:%llu", (unsigned long long)(l->ck.first / l->cfg.batch_size),
+                   (unsigned long long)l->ck.start);
     /* bad samples so far (written when there were any): a resumed run goes
        on counting from here, so cfg.bad_limit stops it where an
        uninterrupted run stops, and pf_stats.skipped goes on */
-    if (l->ck_skipped) pf__append(buf, size, &len, " skipped=%llu", (unsigned long long)l->ck_skipped);
+    if (l->ck.skipped) pf__append(buf, size, &len, " skipped=%llu", (unsigned long long)l->ck.skipped);
     if (len >= size)
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %llu bytes (with its NUL), the buffer has %llu",
                      (unsigned long long)len + 1, (unsigned long long)size);
-    pf__unlock(&l->mu);
+    pf__unlock(&l->sync.mu);
     return r;
 }
 
@@ -3848,17 +3906,17 @@ static size_t pf__reserve(pf__layout *lay, size_t count, size_t elem) {
 static void pf__teardown(pf_loader *l) {
     uint32_t i;
     pf_allocator a = l->cfg.allocator;
-    if (l->mu_ok) {
-        pf__lock(&l->mu);
-        PF__STORE_FLAG(&l->stopping, 1);
-        for (i = 0; i < l->cv_ok; i++) pf__broadcast(&l->cv[i]);
-        pf__unlock(&l->mu);
+    if (l->sync.mu_ok) {
+        pf__lock(&l->sync.mu);
+        PF__STORE_FLAG(&l->sync.stopping, 1);
+        for (i = 0; i < l->sync.cv_ok; i++) pf__broadcast(&l->sync.cv[i]);
+        pf__unlock(&l->sync.mu);
     }
     PF__BACKEND(l, pf__join_helpers)(l);
-    for (i = 0; i < l->workers_started; i++) pf__thread_join(l->workers[i].thread);
+    for (i = 0; i < l->pool.started; i++) pf__thread_join(l->pool.w[i].thread);
     PF__BACKEND(l, pf__free_slots)(l);
-    for (i = 0; i < l->cv_ok; i++) pf__cond_destroy(&l->cv[i]);
-    if (l->mu_ok) pf__mutex_destroy(&l->mu);
+    for (i = 0; i < l->sync.cv_ok; i++) pf__cond_destroy(&l->sync.cv[i]);
+    if (l->sync.mu_ok) pf__mutex_destroy(&l->sync.mu);
     a.free_fn(l, a.user_data);
 }
 
@@ -3866,20 +3924,20 @@ static void pf__teardown(pf_loader *l) {
 static void pf__resume_at(pf_loader *l, const char *tok) {
     char why[PF__MSG_SIZE];
     uint32_t i;
-    uint32_t cap = l->rs.nskip; /* pf__build reserved this many */
-    if (pf__parse_resume(&l->cfg, tok, &l->rs, cap, why, sizeof why) != PF_OK) return;
-    PF_ASSERT(l->rs.nskip == cap);
-    l->rs.active = true;
-    l->claim_epoch = l->take_epoch = l->cons_epoch = l->rs.epoch;
-    l->take_done = l->rs.batch + l->rs.nskip;
-    l->ck_low = l->rs.batch;
-    l->cons_batch = l->rs.batch + l->rs.nskip;
-    l->ck_start = l->rs.pos;
-    l->ck_first = l->rs.batch * l->cfg.batch_size;
-    l->ck_n = l->rs.n;
-    l->ck_n_known = l->rs.has_n;
-    l->ck_skipped = l->st_skipped = l->rs.skipped; /* bad_limit and pf_stats.skipped go on from there */
-    for (i = 0; i < l->rs.nskip; i++) l->ck_done[l->rs.skip[i] % l->ck_win] = 1;
+    uint32_t cap = l->ck.rs.nskip; /* pf__build reserved this many */
+    if (pf__parse_resume(&l->cfg, tok, &l->ck.rs, cap, why, sizeof why) != PF_OK) return;
+    PF_ASSERT(l->ck.rs.nskip == cap);
+    l->ck.rs.active = true;
+    l->claim.epoch = l->take.epoch = l->cons.epoch = l->ck.rs.epoch;
+    l->take.done = l->ck.rs.batch + l->ck.rs.nskip;
+    l->ck.low = l->ck.rs.batch;
+    l->cons.batch = l->ck.rs.batch + l->ck.rs.nskip;
+    l->ck.start = l->ck.rs.pos;
+    l->ck.first = l->ck.rs.batch * l->cfg.batch_size;
+    l->ck.n = l->ck.rs.n;
+    l->ck.n_known = l->ck.rs.has_n;
+    l->ck.skipped = l->st.skipped = l->ck.rs.skipped; /* bad_limit and pf_stats.skipped go on from there */
+    for (i = 0; i < l->ck.rs.nskip; i++) l->ck.done[l->ck.rs.skip[i] % l->ck.win] = 1;
 }
 
 /* rs0: the token pf_create read (its done list counted, not stored), or
@@ -3945,43 +4003,43 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
     l = (pf_loader *)base;
     l->cfg = *c;
     l->backend = backend;
-    l->taker = backend == PF_BACKEND_CUDA ? PF__ROLE_STAGER : PF__ROLE_CONSUMER;
+    l->sync.taker = backend == PF_BACKEND_CUDA ? PF__ROLE_STAGER : PF__ROLE_CONSUMER;
     l->stride = stride;
-    l->nslots = nslots;
-    l->plan_cap = plan_cap;
-    l->slots = (pf__slot *)(base + o_slots);
-    l->free_stack = (uint32_t *)(base + o_free);
-    l->order = (uint32_t *)(base + o_order);
-    l->ready_fifo = (uint32_t *)(base + o_fifo);
-    l->msgs = (char *)(base + o_msgs);
-    l->index_mem = (uint64_t *)(base + o_index);
-    l->plans = (pf__plan *)(base + o_plans);
-    l->workers = (pf__worker *)(base + o_workers);
-    l->ck_done = base + o_ckdone;
-    l->ck_win = ck_win;
-    l->rs.skip = (uint64_t *)(base + o_skip);
-    l->rs.nskip = nskip;
-    l->grown = (void **)(base + o_grown);
+    l->ring.nslots = nslots;
+    l->claim.plan_cap = plan_cap;
+    l->ring.slots = (pf__slot *)(base + o_slots);
+    l->ring.free_stack = (uint32_t *)(base + o_free);
+    l->ring.order = (uint32_t *)(base + o_order);
+    l->ring.ready_fifo = (uint32_t *)(base + o_fifo);
+    l->ring.msgs = (char *)(base + o_msgs);
+    l->ring.index_mem = (uint64_t *)(base + o_index);
+    l->claim.plans = (pf__plan *)(base + o_plans);
+    l->pool.w = (pf__worker *)(base + o_workers);
+    l->ck.done = base + o_ckdone;
+    l->ck.win = ck_win;
+    l->ck.rs.skip = (uint64_t *)(base + o_skip);
+    l->ck.rs.nskip = nskip;
+    l->ring.grown = (void **)(base + o_grown);
     /* autotune: memory for the ring one worker needs; it grows with them */
-    l->nalloc = c->autotune ? pf__ring_slots(1, c->batch_bytes) : nslots;
-    if (l->nalloc > nslots) l->nalloc = nslots;
+    l->ring.nalloc = c->autotune ? pf__ring_slots(1, c->batch_bytes) : nslots;
+    if (l->ring.nalloc > nslots) l->ring.nalloc = nslots;
     if (c->resume) pf__resume_at(l, c->resume);
     l->cfg.resume = NULL; /* the caller's string: read once, here */
     for (i = 0; i < nslots; i++) {
-        pf__slot *s = &l->slots[i];
+        pf__slot *s = &l->ring.slots[i];
         s->index = i;
-        s->b.indices = l->index_mem + (size_t)i * c->batch_size;
-        s->msg = l->msgs + (size_t)i * PF__MSG_SIZE;
+        s->b.indices = l->ring.index_mem + (size_t)i * c->batch_size;
+        s->msg = l->ring.msgs + (size_t)i * PF__MSG_SIZE;
         s->b.sm.mem = (uint64_t *)(base + o_samples) + (size_t)i * (2 * (size_t)c->batch_size + 1);
-        if (i < l->nalloc) l->free_stack[i] = l->nalloc - 1 - i; /* slot 0 on top */
+        if (i < l->ring.nalloc) l->ring.free_stack[i] = l->ring.nalloc - 1 - i; /* slot 0 on top */
     }
-    l->nfree = l->nalloc;
-    l->active = c->autotune ? 1 : c->num_workers; /* autotune starts small */
+    l->ring.nfree = l->ring.nalloc;
+    l->at.active = c->autotune ? 1 : c->num_workers; /* autotune starts small */
     l->at.floor = 1;
-    l->wake_batch = l->nalloc >= 8 ? l->nalloc / 4 : 1;
-    l->ncpu = pf__cpu_count();
-    PF__STORE_FLAG(&pf__lock_spins, l->ncpu > 1 ? 4u : 0u);
-    for (i = 0; i < PF__ROLES; i++) l->spin_ns[i] = l->ncpu > 1 ? PF_SPIN_MAX_NS : 0;
+    l->ring.wake_batch = l->ring.nalloc >= 8 ? l->ring.nalloc / 4 : 1;
+    l->sync.ncpu = pf__cpu_count();
+    PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 4u : 0u);
+    for (i = 0; i < PF__ROLES; i++) l->sync.spin_ns[i] = l->sync.ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
 #ifdef PREFETCH_CUDA
     if (dslots) {
@@ -4000,7 +4058,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
         cu->hdone_seq = cu->mark_seq + nslots;
         cu->flights = (pf__flight *)(base + o_flights);
         for (i = 0; i < dslots; i++) {
-            cu->dslots[i].b.indices = l->index_mem + (size_t)(nslots + i) * c->batch_size;
+            cu->dslots[i].b.indices = l->ring.index_mem + (size_t)(nslots + i) * c->batch_size;
             cu->dslots[i].b.sm.mem = (uint64_t *)(base + o_samples) + (size_t)(nslots + i) * (2 * (size_t)c->batch_size + 1);
             cu->dfree[i] = i;
         }
@@ -4013,12 +4071,12 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
 static pf_result pf__start(pf_loader *l, char *why, size_t n) {
     uint32_t i;
     pf_result r;
-    if (pf__mutex_init(&l->mu) != 0) goto thread_fail;
-    l->mu_ok = true;
-    for (l->cv_ok = 0; l->cv_ok < PF__ROLES; l->cv_ok++)
-        if (pf__cond_init(&l->cv[l->cv_ok]) != 0) goto thread_fail;
+    if (pf__mutex_init(&l->sync.mu) != 0) goto thread_fail;
+    l->sync.mu_ok = true;
+    for (l->sync.cv_ok = 0; l->sync.cv_ok < PF__ROLES; l->sync.cv_ok++)
+        if (pf__cond_init(&l->sync.cv[l->sync.cv_ok]) != 0) goto thread_fail;
     for (i = 0; i < l->cfg.num_workers; i++) {
-        pf__worker *w = &l->workers[i];
+        pf__worker *w = &l->pool.w[i];
         w->owner = l;
         w->id = i;
         if (PF__THREAD_START(&w->thread, pf__worker_main, w) != 0) {
@@ -4026,14 +4084,14 @@ static pf_result pf__start(pf_loader *l, char *why, size_t n) {
                        (unsigned)l->cfg.num_workers);
             return PF_ERR_THREAD;
         }
-        l->workers_started++;
+        l->pool.started++;
     }
     r = PF__BACKEND(l, pf__start_helpers)(l, why, n);
     if (r != PF_OK) return r;
-    pf__lock(&l->mu); /* everything exists: the workers may start calling user code */
-    l->started = true;
-    pf__broadcast(&l->cv[PF__ROLE_WORKER]);
-    pf__unlock(&l->mu);
+    pf__lock(&l->sync.mu); /* everything exists: the workers may start calling user code */
+    l->sync.started = true;
+    pf__broadcast(&l->sync.cv[PF__ROLE_WORKER]);
+    pf__unlock(&l->sync.mu);
     return PF_OK;
 thread_fail:
     pf__format(why, n, "pf_create: could not initialise a mutex or condition variable");
@@ -4169,9 +4227,9 @@ PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
 /* A NULL batch, for pf_release and pf_batch_wait. */
 static pf_result pf__null_batch(pf_loader *l, const char *fn) {
     pf_result r;
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     r = pf__fail(l, PF_ERR_INVALID_ARG, "%s: batch is NULL", fn);
-    pf__unlock(&l->mu);
+    pf__unlock(&l->sync.mu);
     return r;
 }
 
@@ -4188,7 +4246,7 @@ PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b) {
 }
 
 PF_API const char *pf_error(const pf_loader *l) {
-    const char *m = l ? l->err : pf__create_error;
+    const char *m = l ? l->cons.err : pf__create_error;
     return m[0] ? m : "no error";
 }
 
@@ -4235,31 +4293,31 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
         pf__verdict(out);
         return;
     }
-    pf__lock(&l->mu);
+    pf__lock(&l->sync.mu);
     out->backend = l->backend;
     out->num_workers = l->cfg.num_workers;
-    out->workers_active = l->active;
-    out->skipped = l->st_skipped;
-    out->host_slots = l->nalloc; /* with memory (autotune grows the ring) */
+    out->workers_active = l->at.active;
+    out->skipped = l->st.skipped;
+    out->host_slots = l->ring.nalloc; /* with memory (autotune grows the ring) */
     out->device_slots = 0; /* the backend's part below */
-    out->epoch = l->cons_epoch;
-    out->batch = l->cons_batch;
-    out->batches_in_epoch = l->cons_nbatches;
-    out->batches = l->st_batches;
-    out->samples = l->st_samples;
-    out->bytes = l->st_bytes;
-    out->copies = l->st_copies;
-    out->copy_bytes = l->st_copy_bytes;
-    out->elapsed_s = pf__sec(l->st_last_ns - l->st_first_ns);
-    out->wait_input_s = pf__sec(l->st_wait_input_ns);
-    out->wait_copy_s = pf__sec(l->st_wait_copy_ns);
-    out->wait_gpu_s = pf__sec(l->st_wait_gpu_ns);
+    out->epoch = l->cons.epoch;
+    out->batch = l->cons.batch;
+    out->batches_in_epoch = l->cons.nbatches;
+    out->batches = l->st.batches;
+    out->samples = l->st.samples;
+    out->bytes = l->st.bytes;
+    out->copies = l->st.copies;
+    out->copy_bytes = l->st.copy_bytes;
+    out->elapsed_s = pf__sec(l->st.last_ns - l->st.first_ns);
+    out->wait_input_s = pf__sec(l->st.wait_input_ns);
+    out->wait_copy_s = pf__sec(l->st.wait_copy_ns);
+    out->wait_gpu_s = pf__sec(l->st.wait_gpu_ns);
     out->wait_s = out->wait_input_s + out->wait_copy_s + out->wait_gpu_s;
-    out->load_s = pf__sec(l->st_load_ns);
-    out->worker_wait_s = pf__sec(l->st_worker_wait_ns);
-    out->occupancy = l->st_batches ? (double)l->st_ready_sum / ((double)l->st_batches * l->nalloc) : 0;
-    for (i = 0; i < l->nalloc; i++) {
-        int st = l->slots[i].state;
+    out->load_s = pf__sec(l->st.load_ns);
+    out->worker_wait_s = pf__sec(l->st.worker_wait_ns);
+    out->occupancy = l->st.batches ? (double)l->st.ready_sum / ((double)l->st.batches * l->ring.nalloc) : 0;
+    for (i = 0; i < l->ring.nalloc; i++) {
+        int st = l->ring.slots[i].state;
         out->free_slots += st == PF__SLOT_FREE;
         out->loading_slots += st == PF__SLOT_LOADING;
         out->ready_slots += st == PF__SLOT_READY;
@@ -4267,7 +4325,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
         out->copying_slots += st == PF__SLOT_COPYING || st == PF__SLOT_STAGING;
     }
     PF__BACKEND(l, pf__stats)(l, out);
-    pf__unlock(&l->mu);
+    pf__unlock(&l->sync.mu);
     pf__verdict(out);
 }
 
@@ -4316,7 +4374,7 @@ PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) {
 
 PF_API bool pf_job_cancelled(const pf_job *job) {
     const pf__worker *w = job ? (const pf__worker *)job->pf__worker : NULL;
-    return w ? PF__LOAD_FLAG(&w->owner->stopping) != 0 : false;
+    return w ? PF__LOAD_FLAG(&w->owner->sync.stopping) != 0 : false;
 }
 
 /* >>worker state ---------------------------------------------------------- */
@@ -4459,13 +4517,13 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
 /* A batch with bad samples is taken, in batch order (lock held): count
    them; past cfg.bad_limit the batch fails instead. */
 static void pf__skip_account(pf_loader *l, pf__slot *s) {
-    l->st_skipped += s->b.sm.skipped;
-    if (l->cfg.bad_limit && l->st_skipped > l->cfg.bad_limit) {
+    l->st.skipped += s->b.sm.skipped;
+    if (l->cfg.bad_limit && l->st.skipped > l->cfg.bad_limit) {
         char first[PF__MSG_SIZE];
         memcpy(first, s->msg, sizeof first);
         pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu: %llu bad samples so far, more than cfg.bad_limit "
                    "(%llu); this batch's first: %s", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch,
-                   (unsigned long long)l->st_skipped, (unsigned long long)l->cfg.bad_limit, first);
+                   (unsigned long long)l->st.skipped, (unsigned long long)l->cfg.bad_limit, first);
         s->result = PF_ERR_LOAD;
     }
 }
@@ -4473,7 +4531,7 @@ static void pf__skip_account(pf_loader *l, pf__slot *s) {
 /* A batch is delivered (lock held): its packed offsets and bad samples,
    which the checkpoint counts. */
 static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm) {
-    l->ck_skipped += sm->skipped;
+    l->ck.skipped += sm->skipped;
     out->offsets = sm->packed ? sm->mem : NULL;
     out->skipped = sm->skipped;
     out->skipped_indices = sm->skipped ? sm->mem + l->cfg.batch_size + 1 : NULL;

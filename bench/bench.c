@@ -637,7 +637,7 @@ static at_result run_profile(profile *p, unsigned workers, bool autotune, uint64
     r.thr = (double)(batches - skip) / (now_s() - t0);
     r.cpu = cpu_now() - c0;
     r.settled = l->at.last_change_batch;
-    r.active = l->active;
+    r.active = l->at.active;
     pf_get_stats(l, &st);
     r.slots = st.host_slots;
     r.rss_mib = vm_kib("VmHWM:") / 1024.0;

@@ -64,7 +64,7 @@ static cudaError_t mut_set_device(int d);
 
 static int is_hdone(cudaEvent_t e) {
     if (!mutant_loader) return 0;
-    for (uint32_t h = 0; h < mutant_loader->nslots; h++)
+    for (uint32_t h = 0; h < mutant_loader->ring.nslots; h++)
         if (mutant_loader->cu.hdone[h] == e) return 1;
     return 0;
 }

@@ -490,9 +490,9 @@ static void test_autotune_ring_grows_with_workers(void) {
     /* the ring it asked for (a worker may still be allocating it: under
        TSan touching 10 MiB takes a while): a count on trial gets at least
        a slot per worker, one held and one ready; a kept one 2W+1 */
-    pf__lock(&c.l->mu);
-    asked = c.l->grow_to > c.l->nalloc ? c.l->grow_to : c.l->nalloc;
-    pf__unlock(&c.l->mu);
+    pf__lock(&c.l->sync.mu);
+    asked = c.l->ring.grow_to > c.l->ring.nalloc ? c.l->ring.grow_to : c.l->ring.nalloc;
+    pf__unlock(&c.l->sync.mu);
     CHECKF(asked >= peak + 2 || asked == 17, "%u workers ran with a ring of %u slots", peak, asked);
     CHECKF(asked <= 2 * peak + 1, "at most %u workers ran, yet the ring grew to %u slots", peak, asked);
     if (h_verbose) printf("    peak %u workers, %u slots, %u asked for\n", peak, slots, asked);
