@@ -746,6 +746,9 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 
 #ifdef PREFETCH_CUDA
 #include <cuda_runtime_api.h>
+#define PF__HAVE_CUDA 1
+#else
+#define PF__HAVE_CUDA 0
 #endif
 
 /* NVTX: ranges cost a call each, so they exist only when asked for. */
@@ -964,6 +967,7 @@ static PF__THREAD_LOCAL char pf__create_error[PF__MSG_SIZE];
    planner calls the function on the worker that plans. */
 static PF__THREAD_LOCAL char pf__plan_why[PF__MSG_SIZE];
 #define PF__PLAN_FAILED UINT64_MAX
+#define PF__USE_HOST 1000 /* pf__choose_gpu: run on the host backend */
 
 static void *pf__malloc_default(size_t size, void *user) {
     (void)user;
@@ -1326,7 +1330,8 @@ typedef struct pf__ring {
     uint32_t nready;             /* slots READY */
     uint32_t wake_batch;         /* free slots that wake waiting workers */
     char *msgs;
-    uint64_t *index_mem;
+    uint64_t *index_mem;         /* each slot's indices, host then device slots */
+    uint64_t *sample_mem;        /* each slot's pf__samples words, likewise */
 } pf__ring;
 
 /* >>claim: the workers' cursor, and the plans of the epochs between the
@@ -1407,9 +1412,53 @@ typedef struct pf__counters {
     uint64_t wait_since;
 } pf__counters;
 
+/* The backend interface: each backend fills one table (pf__host_ops at
+   the end of >>backend host, pf__cuda_ops at the end of >>backend cuda),
+   pf_create picks one, and shared code calls through l->ops, never asking
+   which backend it is on. NULL: nothing to do on this backend. */
+/* Bookkeeping is one allocation: the loader, then its arrays. One place to
+   fail, one to free. */
+typedef struct pf__layout {
+    size_t size;
+    bool overflow;
+} pf__layout;
+
+static size_t pf__reserve(pf__layout *lay, size_t count, size_t elem) {
+    size_t off = (lay->size + 63) & ~(size_t)63, bytes;
+    if (off < lay->size || (elem && count > SIZE_MAX / elem)) lay->overflow = true;
+    bytes = count * elem;
+    if (off + bytes < off) lay->overflow = true;
+    lay->size = off + bytes;
+    return off;
+}
+
+typedef struct pf__backend_ops {
+    pf_backend backend;
+    int taker; /* the role that takes loaded batches (PF__ROLE_*) */
+    /* pf_create: reserve the backend's bookkeeping in the loader's one
+       block (off: its offsets, up to 8), then point into it */
+    void (*reserve)(pf__layout *lay, const pf_config *c, uint32_t nslots, uint32_t plan_cap, size_t *off);
+    void (*place)(pf_loader *l, unsigned char *base, const size_t *off);
+    pf_result (*alloc_slots)(pf_loader *l, char *why, size_t n);
+    bool (*grow_slots)(pf_loader *l, uint32_t from, uint32_t to); /* autotune */
+    pf_result (*start_helpers)(pf_loader *l, char *why, size_t n);
+    void (*bind_thread)(pf_loader *l); /* each worker, as it starts */
+    /* the public calls */
+    pf_result (*next)(pf_loader *l, pf_batch *out);
+    pf_result (*release)(pf_loader *l, pf_batch *b);
+    pf_result (*batch_wait)(pf_loader *l, const pf_batch *b);
+    void (*stats)(pf_loader *l, pf_stats *out);
+    /* the consumer's epoch size when its plan is gone (>>resume) */
+    bool (*staged_epoch_n)(const pf_loader *l, uint64_t *n);
+    /* pf_destroy, after the workers stopped */
+    void (*join_helpers)(pf_loader *l);
+    void (*free_slots)(pf_loader *l);
+} pf__backend_ops;
+
 struct pf_loader {
     pf_config cfg;      /* defaults filled in; fixed after pf_create */
     pf_backend backend;
+    const pf__backend_ops *ops;
     size_t stride;      /* a slot's bytes, aligned */
     pf__sync sync;
     pf__ring ring;
@@ -1434,13 +1483,6 @@ static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm
 static void pf__worker_up(pf_loader *l, pf__worker *w);
 static void pf__worker_down(pf_loader *l, pf__worker *w);
 
-/* Backend dispatch: every public call picks its backend once, here, and
-   calls fn_host or fn_cuda; shared code never asks which backend it is on. */
-#ifdef PREFETCH_CUDA
-#define PF__BACKEND(l, fn) ((l)->backend == PF_BACKEND_CUDA ? fn##_cuda : fn##_host)
-#else
-#define PF__BACKEND(l, fn) fn##_host
-#endif
 
 static void pf__log(const pf_config *c, int level, const char *fmt, ...) PF__PRINTF(3, 4);
 static void pf__log(const pf_config *c, int level, const char *fmt, ...) {
@@ -2165,10 +2207,6 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.wwait0 = l->st.worker_wait_ns;
 }
 
-static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to);
-#ifdef PREFETCH_CUDA
-static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to);
-#endif
 
 /* Memory follows what runs: with autotune the ring holds what the active
    workers need, not what the ceiling would, and grows when they do, by one
@@ -2191,7 +2229,7 @@ static void pf__grow(pf_loader *l) {
     bool ok;
     l->ring.growing = true;
     pf__unlock_wake(l);
-    ok = PF__BACKEND(l, pf__grow_slots)(l, from, to);
+    ok = l->ops->grow_slots(l, from, to);
     pf__lock(&l->sync.mu);
     l->ring.growing = false;
     if (!ok) {
@@ -2300,16 +2338,11 @@ static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) 
     pf__job_begin(l, s, w, job);
 }
 
-/* A library thread's setup for its backend (CUDA: the loader's device). */
-static void pf__bind_thread_host(pf_loader *l) { (void)l; }
-#ifdef PREFETCH_CUDA
-static void pf__bind_thread_cuda(pf_loader *l);
-#endif
 
 static PF__THREAD_FN pf__worker_main(void *arg) {
     pf__worker *w = (pf__worker *)arg;
     pf_loader *l = w->owner;
-    PF__BACKEND(l, pf__bind_thread)(l); /* a load that calls CUDA uses the loader's GPU */
+    if (l->ops->bind_thread) l->ops->bind_thread(l); /* a load that calls CUDA uses the loader's GPU */
     /* no user code before pf_create has everything: a create that fails
        after starting some threads must not have run callbacks */
     {
@@ -2553,10 +2586,6 @@ static pf_result pf__batch_wait_host(pf_loader *l, const pf_batch *b) {
     return r;
 }
 
-static void pf__stats_host(pf_loader *l, pf_stats *out) { (void)l, (void)out; }
-/* The host backend keeps a plan until the consumer passes its end. */
-static bool pf__staged_epoch_n_host(const pf_loader *l, uint64_t *n) { return (void)l, (void)n, false; }
-
 /* Host slots: one block from cfg.allocator, each slot PF__ALIGN-aligned. */
 static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
     size_t bytes = (size_t)l->ring.nalloc * l->stride + PF__ALIGN;
@@ -2599,12 +2628,12 @@ static void pf__free_slots_host(pf_loader *l) {
     for (i = 0; i < l->ring.ngrown; i++) l->cfg.allocator.free_fn(l->ring.grown[i], l->cfg.allocator.user_data);
 }
 
-/* The host backend has no helper threads. */
-static pf_result pf__start_helpers_host(pf_loader *l, char *why, size_t n) {
-    (void)l, (void)why, (void)n;
-    return PF_OK;
-}
-static void pf__join_helpers_host(pf_loader *l) { (void)l; }
+/* The host backend: the consumer takes batches itself; no bookkeeping of
+   its own, no helper threads, nothing to bind a worker to, and it keeps a
+   plan until the consumer passes its end (staged_epoch_n). */
+static const pf__backend_ops pf__host_ops = {
+    PF_BACKEND_HOST, PF__ROLE_CONSUMER, NULL, NULL, pf__alloc_slots_host, pf__grow_slots_host, NULL, NULL,
+    pf__next_host, pf__release_host, pf__batch_wait_host, NULL, NULL, NULL, pf__free_slots_host};
 
 /* >>backend cuda ---------------------------------------------------------- */
 #ifdef PREFETCH_CUDA
@@ -3461,6 +3490,81 @@ static void pf__join_helpers_cuda(pf_loader *l) {
     if (l->cu.stager_started) pf__thread_join(l->cu.stager);
     if (l->cu.retirer_started) pf__thread_join(l->cu.retirer);
 }
+
+/* The CUDA backend's bookkeeping, in the loader's one block: device
+   slots, their free list, the staged FIFO, the events and the flights. */
+enum { PF__OFF_DSLOTS, PF__OFF_DFREE, PF__OFF_ITEMS, PF__OFF_COPIED, PF__OFF_RELEASED, PF__OFF_EVENTS,
+       PF__OFF_MARKSEQ, PF__OFF_FLIGHTS };
+static uint32_t pf__fifo_cap(const pf_config *c, uint32_t plan_cap) { return c->device_slots + plan_cap + 2; }
+static void pf__reserve_cuda(pf__layout *lay, const pf_config *c, uint32_t nslots, uint32_t plan_cap, size_t *off) {
+    uint32_t dslots = c->device_slots;
+    off[PF__OFF_DSLOTS] = pf__reserve(lay, dslots, sizeof(pf__dslot));
+    off[PF__OFF_DFREE] = pf__reserve(lay, dslots, sizeof(uint32_t));
+    off[PF__OFF_ITEMS] = pf__reserve(lay, pf__fifo_cap(c, plan_cap), sizeof(pf__item));
+    off[PF__OFF_COPIED] = pf__reserve(lay, dslots, sizeof(cudaEvent_t));
+    off[PF__OFF_RELEASED] = pf__reserve(lay, dslots, sizeof(cudaEvent_t));
+    off[PF__OFF_EVENTS] = pf__reserve(lay, 4 * (size_t)nslots + dslots, sizeof(cudaEvent_t)); /* reached, fed, hdone */
+    off[PF__OFF_MARKSEQ] = pf__reserve(lay, 3 * (size_t)nslots + dslots, sizeof(uint64_t));
+    off[PF__OFF_FLIGHTS] = pf__reserve(lay, nslots, sizeof(pf__flight));
+}
+static void pf__place_cuda(pf_loader *l, unsigned char *base, const size_t *off) {
+    pf__cuda *cu = &l->cu;
+    uint32_t i, nslots = l->ring.nslots, dslots = l->cfg.device_slots;
+    cu->dslots = (pf__dslot *)(base + off[PF__OFF_DSLOTS]);
+    cu->dfree = (uint32_t *)(base + off[PF__OFF_DFREE]);
+    cu->fifo = (pf__item *)(base + off[PF__OFF_ITEMS]);
+    cu->fifo_cap = pf__fifo_cap(&l->cfg, l->claim.plan_cap);
+    cu->copied = (cudaEvent_t *)(base + off[PF__OFF_COPIED]);
+    cu->released = (cudaEvent_t *)(base + off[PF__OFF_RELEASED]);
+    cu->reached = (cudaEvent_t *)(base + off[PF__OFF_EVENTS]);
+    cu->fed = cu->reached + nslots;
+    cu->hdone = cu->fed + nslots;
+    cu->nhdone = 2 * nslots + dslots;
+    cu->mark_seq = (uint64_t *)(base + off[PF__OFF_MARKSEQ]);
+    cu->hdone_seq = cu->mark_seq + nslots;
+    cu->flights = (pf__flight *)(base + off[PF__OFF_FLIGHTS]);
+    for (i = 0; i < dslots; i++) { /* a device slot's lists: after the host slots' (pf__build) */
+        cu->dslots[i].b.indices = l->ring.index_mem + (size_t)(nslots + i) * l->cfg.batch_size;
+        cu->dslots[i].b.sm.mem = l->ring.sample_mem + (size_t)(nslots + i) * (2 * (size_t)l->cfg.batch_size + 1);
+        cu->dfree[i] = i;
+    }
+    cu->dfree_count = dslots;
+}
+
+static const pf__backend_ops pf__cuda_ops = {
+    PF_BACKEND_CUDA, PF__ROLE_STAGER, pf__reserve_cuda, pf__place_cuda, pf__alloc_slots_cuda, pf__grow_slots_cuda,
+    pf__start_helpers_cuda, pf__bind_thread_cuda, pf__next_cuda, pf__release_cuda, pf__batch_wait_cuda,
+    pf__stats_cuda, pf__staged_epoch_n_cuda, pf__join_helpers_cuda, pf__free_slots_cuda};
+
+/* Which backend a config gets, when it did not ask for the host: *ops the
+   CUDA backend, or PF__USE_HOST (DEFAULT found no usable GPU; why says
+   what it found), or the error that ends pf_create. */
+static int pf__choose_gpu(const pf_config *c, const pf__backend_ops **ops, char *why, size_t n) {
+    pf_result r = pf__cuda_probe(c, why, n);
+    if (r == PF_OK && pf__slots_overflow(c->batch_bytes, c->device_slots)) {
+        pf__format(why, n, "cfg.batch_bytes is %llu: device_slots (%u) slots of it do not fit in memory",
+                   (unsigned long long)c->batch_bytes, (unsigned)c->device_slots);
+        return PF_ERR_INVALID_ARG;
+    }
+    if (r == PF_OK) {
+        *ops = &pf__cuda_ops;
+        return PF_OK;
+    }
+    (void)cudaGetLastError();
+    return c->backend == PF_BACKEND_CUDA || r == PF_ERR_INVALID_ARG ? r : PF__USE_HOST;
+}
+#else
+static int pf__choose_gpu(const pf_config *c, const pf__backend_ops **ops, char *why, size_t n) {
+    (void)ops;
+    if (c->backend == PF_BACKEND_CUDA) {
+        pf__format(why, n, "cfg.backend is PF_BACKEND_CUDA, but prefetch.h was compiled without CUDA: "
+                           "define PREFETCH_CUDA and link -lcudart, or build with nvcc");
+        return PF_ERR_NO_DEVICE;
+    }
+    pf__format(why, n, "prefetch.h was compiled without CUDA (define PREFETCH_CUDA and link -lcudart, "
+                       "or build with nvcc)");
+    return PF__USE_HOST;
+}
 #endif /* PREFETCH_CUDA */
 
 /* >>launcher -------------------------------------------------------------- */
@@ -3567,7 +3671,7 @@ static bool pf__checkpoint_n(const pf_loader *l, uint64_t *n) {
     if (p) return *n = p->n, true;
     /* CUDA: the stager may have taken the whole epoch and retired its plan.
        false: not planned yet; resuming asks num_samples_fn, as the run would have */
-    return PF__BACKEND(l, pf__staged_epoch_n)(l, n);
+    return l->ops->staged_epoch_n && l->ops->staged_epoch_n(l, n);
 }
 
 /* Append to buf (as much as fits) and count the full length in *len, so
@@ -3887,22 +3991,6 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
 }
 
 /* >>public ---------------------------------------------------------------- */
-/* Bookkeeping is one allocation: the loader, then its arrays. One place to
-   fail, one to free. */
-typedef struct pf__layout {
-    size_t size;
-    bool overflow;
-} pf__layout;
-
-static size_t pf__reserve(pf__layout *lay, size_t count, size_t elem) {
-    size_t off = (lay->size + 63) & ~(size_t)63, bytes;
-    if (off < lay->size || (elem && count > SIZE_MAX / elem)) lay->overflow = true;
-    bytes = count * elem;
-    if (off + bytes < off) lay->overflow = true;
-    lay->size = off + bytes;
-    return off;
-}
-
 static void pf__teardown(pf_loader *l) {
     uint32_t i;
     pf_allocator a = l->cfg.allocator;
@@ -3912,9 +4000,9 @@ static void pf__teardown(pf_loader *l) {
         for (i = 0; i < l->sync.cv_ok; i++) pf__broadcast(&l->sync.cv[i]);
         pf__unlock(&l->sync.mu);
     }
-    PF__BACKEND(l, pf__join_helpers)(l);
+    if (l->ops && l->ops->join_helpers) l->ops->join_helpers(l);
     for (i = 0; i < l->pool.started; i++) pf__thread_join(l->pool.w[i].thread);
-    PF__BACKEND(l, pf__free_slots)(l);
+    if (l->ops) l->ops->free_slots(l);
     for (i = 0; i < l->sync.cv_ok; i++) pf__cond_destroy(&l->sync.cv[i]);
     if (l->sync.mu_ok) pf__mutex_destroy(&l->sync.mu);
     a.free_fn(l, a.user_data);
@@ -3942,12 +4030,13 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
 
 /* rs0: the token pf_create read (its done list counted, not stored), or
    NULL; it sizes the done set and the skip list. */
-static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend backend, pf_loader **out, char *why,
-                           size_t n) {
+static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__backend_ops *ops, pf_loader **out,
+                           char *why, size_t n) {
     pf__layout lay = {0, false};
     size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples, o_grown;
+    size_t o_backend[8] = {0};
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
-    uint32_t dslots = backend == PF_BACKEND_CUDA ? c->device_slots : 0;
+    uint32_t dslots = ops->backend == PF_BACKEND_CUDA ? c->device_slots : 0;
     /* unordered: the lead cap and done set span what this backend can have
        in flight (a host slot or a device slot each), or the token's done
        list if it reaches further (it was written with more slots) */
@@ -3955,11 +4044,6 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
     unsigned char *base;
     pf_loader *l;
-#ifdef PREFETCH_CUDA
-    size_t o_dslots = 0, o_dfree = 0, o_items = 0, o_copied = 0, o_released = 0, o_hdone = 0, o_flights = 0,
-           o_markseq = 0;
-    uint32_t fifo_cap = dslots + plan_cap + 2;
-#endif
     if (nskip && rs0->skip_max - rs0->batch >= ck_win) ck_win = (uint32_t)(rs0->skip_max - rs0->batch + 1);
     pf__reserve(&lay, 1, sizeof(pf_loader));
     o_slots = pf__reserve(&lay, nslots, sizeof(pf__slot));
@@ -3976,18 +4060,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
     o_skip = pf__reserve(&lay, nskip, sizeof(uint64_t));
     o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
     o_grown = pf__reserve(&lay, nslots, sizeof(void *));
-#ifdef PREFETCH_CUDA
-    if (dslots) {
-        o_dslots = pf__reserve(&lay, dslots, sizeof(pf__dslot));
-        o_dfree = pf__reserve(&lay, dslots, sizeof(uint32_t));
-        o_items = pf__reserve(&lay, fifo_cap, sizeof(pf__item));
-        o_copied = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
-        o_released = pf__reserve(&lay, dslots, sizeof(cudaEvent_t));
-        o_hdone = pf__reserve(&lay, 4 * (size_t)nslots + dslots, sizeof(cudaEvent_t));
-        o_markseq = pf__reserve(&lay, 3 * (size_t)nslots + dslots, sizeof(uint64_t));
-        o_flights = pf__reserve(&lay, nslots, sizeof(pf__flight));
-    }
-#endif
+    if (ops->reserve) ops->reserve(&lay, c, nslots, plan_cap, o_backend);
     if (lay.overflow) {
         pf__format(why, n, "pf_create: bookkeeping for %u slots of batch_size %u does not fit in memory",
                    (unsigned)(nslots + dslots), (unsigned)c->batch_size);
@@ -4002,8 +4075,9 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
     memset(base, 0, lay.size);
     l = (pf_loader *)base;
     l->cfg = *c;
-    l->backend = backend;
-    l->sync.taker = backend == PF_BACKEND_CUDA ? PF__ROLE_STAGER : PF__ROLE_CONSUMER;
+    l->backend = ops->backend;
+    l->ops = ops;
+    l->sync.taker = ops->taker;
     l->stride = stride;
     l->ring.nslots = nslots;
     l->claim.plan_cap = plan_cap;
@@ -4013,6 +4087,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
     l->ring.ready_fifo = (uint32_t *)(base + o_fifo);
     l->ring.msgs = (char *)(base + o_msgs);
     l->ring.index_mem = (uint64_t *)(base + o_index);
+    l->ring.sample_mem = (uint64_t *)(base + o_samples);
     l->claim.plans = (pf__plan *)(base + o_plans);
     l->pool.w = (pf__worker *)(base + o_workers);
     l->ck.done = base + o_ckdone;
@@ -4030,7 +4105,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
         s->index = i;
         s->b.indices = l->ring.index_mem + (size_t)i * c->batch_size;
         s->msg = l->ring.msgs + (size_t)i * PF__MSG_SIZE;
-        s->b.sm.mem = (uint64_t *)(base + o_samples) + (size_t)i * (2 * (size_t)c->batch_size + 1);
+        s->b.sm.mem = l->ring.sample_mem + (size_t)i * (2 * (size_t)c->batch_size + 1);
         if (i < l->ring.nalloc) l->ring.free_stack[i] = l->ring.nalloc - 1 - i; /* slot 0 on top */
     }
     l->ring.nfree = l->ring.nalloc;
@@ -4041,31 +4116,8 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, pf_backend
     PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 4u : 0u);
     for (i = 0; i < PF__ROLES; i++) l->sync.spin_ns[i] = l->sync.ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
-#ifdef PREFETCH_CUDA
-    if (dslots) {
-        pf__cuda *cu = &l->cu;
-        cu->dslots = (pf__dslot *)(base + o_dslots);
-        cu->dfree = (uint32_t *)(base + o_dfree);
-        cu->fifo = (pf__item *)(base + o_items);
-        cu->fifo_cap = fifo_cap;
-        cu->copied = (cudaEvent_t *)(base + o_copied);
-        cu->released = (cudaEvent_t *)(base + o_released);
-        cu->reached = (cudaEvent_t *)(base + o_hdone);
-        cu->fed = cu->reached + nslots;
-        cu->hdone = cu->fed + nslots;
-        cu->nhdone = 2 * nslots + dslots;
-        cu->mark_seq = (uint64_t *)(base + o_markseq);
-        cu->hdone_seq = cu->mark_seq + nslots;
-        cu->flights = (pf__flight *)(base + o_flights);
-        for (i = 0; i < dslots; i++) {
-            cu->dslots[i].b.indices = l->ring.index_mem + (size_t)(nslots + i) * c->batch_size;
-            cu->dslots[i].b.sm.mem = (uint64_t *)(base + o_samples) + (size_t)(nslots + i) * (2 * (size_t)c->batch_size + 1);
-            cu->dfree[i] = i;
-        }
-        cu->dfree_count = dslots;
-    }
-#endif
-    return PF__BACKEND(l, pf__alloc_slots)(l, why, n);
+    if (ops->place) ops->place(l, base, o_backend);
+    return l->ops->alloc_slots(l, why, n);
 }
 
 static pf_result pf__start(pf_loader *l, char *why, size_t n) {
@@ -4086,7 +4138,7 @@ static pf_result pf__start(pf_loader *l, char *why, size_t n) {
         }
         l->pool.started++;
     }
-    r = PF__BACKEND(l, pf__start_helpers)(l, why, n);
+    r = l->ops->start_helpers ? l->ops->start_helpers(l, why, n) : PF_OK;
     if (r != PF_OK) return r;
     pf__lock(&l->sync.mu); /* everything exists: the workers may start calling user code */
     l->sync.started = true;
@@ -4129,11 +4181,7 @@ static pf_result pf__host_fallback(const pf_config *c, char *why, size_t n) {
         else fprintf(stderr, "prefetch.h: warning: %s\n", m);
         return PF_OK;
     }
-#ifdef PREFETCH_CUDA
-    pf__log(c, PF_LOG_WARN, "backend: %s; using the host backend", found);
-#else
-    pf__log(c, PF_LOG_INFO, "backend: %s; using the host backend", found);
-#endif
+    pf__log(c, PF__HAVE_CUDA ? PF_LOG_WARN : PF_LOG_INFO, "backend: %s; using the host backend", found);
     return PF_OK;
 }
 
@@ -4141,7 +4189,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     char *why = pf__create_error;
     size_t n = sizeof pf__create_error;
     pf_config c;
-    pf_backend backend = PF_BACKEND_HOST;
+    const pf__backend_ops *ops = &pf__host_ops;
     pf_loader *l = NULL;
     pf__resume rs;
     pf_result r;
@@ -4157,48 +4205,21 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
         if (r != PF_OK) return r;
     }
-#ifdef PREFETCH_CUDA
     if (c.backend != PF_BACKEND_HOST) {
-        r = pf__cuda_probe(&c, why, n);
-        if (r == PF_OK && pf__slots_overflow(c.batch_bytes, c.device_slots)) {
-            pf__format(why, n, "cfg.batch_bytes is %llu: device_slots (%u) slots of it do not fit in memory",
-                       (unsigned long long)c.batch_bytes, (unsigned)c.device_slots);
-            return PF_ERR_INVALID_ARG;
-        }
-        if (r == PF_OK) {
-            backend = PF_BACKEND_CUDA;
-        } else if (c.backend == PF_BACKEND_CUDA || r == PF_ERR_INVALID_ARG) {
-            (void)cudaGetLastError();
-            return r;
-        } else {
-            (void)cudaGetLastError();
-            r = pf__host_fallback(&c, why, n);
-            if (r != PF_OK) return r;
-        }
+        int g = pf__choose_gpu(&c, &ops, why, n);
+        if (g == PF__USE_HOST) g = pf__host_fallback(&c, why, n);
+        if (g != PF_OK) return (pf_result)g;
     }
-#else
-    if (c.backend == PF_BACKEND_CUDA) {
-        pf__format(why, n, "cfg.backend is PF_BACKEND_CUDA, but prefetch.h was compiled without CUDA: "
-                           "define PREFETCH_CUDA and link -lcudart, or build with nvcc");
-        return PF_ERR_NO_DEVICE;
-    }
-    if (c.backend == PF_BACKEND_DEFAULT) {
-        pf__format(why, n, "prefetch.h was compiled without CUDA (define PREFETCH_CUDA and link -lcudart, "
-                           "or build with nvcc)");
-        r = pf__host_fallback(&c, why, n);
-        if (r != PF_OK) return r;
-    }
-#endif
-    r = pf__build(&c, c.resume ? &rs : NULL, backend, &l, why, n);
-    if (r == PF_ERR_NO_DEVICE && backend == PF_BACKEND_CUDA && c.backend == PF_BACKEND_DEFAULT) {
+    r = pf__build(&c, c.resume ? &rs : NULL, ops, &l, why, n);
+    if (r == PF_ERR_NO_DEVICE && ops->backend == PF_BACKEND_CUDA && c.backend == PF_BACKEND_DEFAULT) {
         /* counted but not usable: e.g. exclusive-process mode, held by
            another process (cudaSetDevice says so, cudaGetDeviceCount not) */
         pf__teardown(l);
         l = NULL;
         r = pf__host_fallback(&c, why, n);
         if (r != PF_OK) return r;
-        backend = PF_BACKEND_HOST;
-        r = pf__build(&c, c.resume ? &rs : NULL, backend, &l, why, n);
+        ops = &pf__host_ops;
+        r = pf__build(&c, c.resume ? &rs : NULL, ops, &l, why, n);
     }
     if (r == PF_OK) r = pf__start(l, why, n);
     if (r != PF_OK) {
@@ -4206,8 +4227,8 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         return r;
     }
     pf__log(&c, PF_LOG_INFO, "created: %s backend, %u workers, %u host slots%s of %llu bytes",
-            backend == PF_BACKEND_CUDA ? "CUDA" : "host", (unsigned)c.num_workers, (unsigned)c.host_slots,
-            backend == PF_BACKEND_CUDA ? " (pinned)" : "", (unsigned long long)l->stride);
+            l->backend == PF_BACKEND_CUDA ? "CUDA" : "host", (unsigned)c.num_workers, (unsigned)c.host_slots,
+            l->backend == PF_BACKEND_CUDA ? " (pinned)" : "", (unsigned long long)l->stride);
     *out = l;
     return PF_OK;
 }
@@ -4221,7 +4242,7 @@ PF_API void pf_destroy(pf_loader *l) {
 PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
     if (!l) return PF_ERR_INVALID_ARG;
     if (out) memset(out, 0, sizeof *out); /* on anything but PF_OK the caller owns nothing */
-    return PF__BACKEND(l, pf__next)(l, out);
+    return l->ops->next(l, out);
 }
 
 /* A NULL batch, for pf_release and pf_batch_wait. */
@@ -4236,13 +4257,13 @@ static pf_result pf__null_batch(pf_loader *l, const char *fn) {
 PF_API pf_result pf_release(pf_loader *l, pf_batch *b) {
     if (!l) return PF_ERR_INVALID_ARG;
     if (!b) return pf__null_batch(l, "pf_release");
-    return PF__BACKEND(l, pf__release)(l, b);
+    return l->ops->release(l, b);
 }
 
 PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b) {
     if (!l) return PF_ERR_INVALID_ARG;
     if (!b) return pf__null_batch(l, "pf_batch_wait");
-    return PF__BACKEND(l, pf__batch_wait)(l, b);
+    return l->ops->batch_wait(l, b);
 }
 
 PF_API const char *pf_error(const pf_loader *l) {
@@ -4324,7 +4345,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
         out->held_slots += st == PF__SLOT_HELD;
         out->copying_slots += st == PF__SLOT_COPYING || st == PF__SLOT_STAGING;
     }
-    PF__BACKEND(l, pf__stats)(l, out);
+    if (l->ops->stats) l->ops->stats(l, out);
     pf__unlock(&l->sync.mu);
     pf__verdict(out);
 }
