@@ -3009,77 +3009,96 @@ static void pf__helper_begin(pf_loader *l, int by, const char *who, char *logmsg
     }
 }
 
+/* The stager's take: the next loaded batch in delivery order, or a
+   marker pushed in its place (an epoch's end, the end of data, the
+   pipeline's error). Returns the slot, now STAGING, or NULL: look again
+   (it waited, or pushed a marker). Lock held. */
+static pf__slot *pf__stager_take(pf_loader *l, char *logmsg, size_t n) {
+    pf__cuda *cu = &l->cu;
+    pf__slot *s = NULL;
+    int r;
+    if (cu->fifo_count == cu->fifo_cap) {
+        if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
+        return NULL;
+    }
+    r = pf__take(l, &s);
+    if (r == PF__WAIT) {
+        pf__wake_workers(l, true); /* the taker starves */
+        if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
+        return NULL;
+    }
+    if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) {
+        pf__push_item(l, r == PF_END_OF_EPOCH ? PF__ITEM_EPOCH_END : PF__ITEM_DATA_END, 0);
+        cu->stager_done = r == PF_END_OF_DATA;
+        return NULL;
+    }
+    if (r != PF_OK) { /* a load or planning failure: after every batch staged before it */
+        pf__push_item(l, PF__ITEM_ERROR, 0);
+        cu->stager_done = true;
+        if (r != PF_ERR_LOAD) pf__format(logmsg, n, "%s", l->error.msg);
+        return NULL;
+    }
+    pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_STAGING);
+    return s;
+}
+
+/* The stager's stage: host slot s into the longest-free device slot (it
+   waits for one), the copy queued unlocked, then the batch is pushed for
+   pf_next and its flight for the retirer. false: stopping, or the copy
+   failed (logmsg says why). Lock held. */
+static bool pf__stager_stage(pf_loader *l, pf__slot *s, char *logmsg, size_t n) {
+    pf__cuda *cu = &l->cu;
+    pf__dslot *ds;
+    pf__flight *f;
+    uint32_t d;
+    int r;
+    char why[PF__MSG_SIZE];
+    while (cu->dfree_count == 0 && !l->sync.stopping && !cu->stager_done)
+        if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
+    if (l->sync.stopping || cu->stager_done) return false;
+    d = cu->dfree[cu->dfree_head];
+    cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
+    cu->dfree_count--;
+    ds = &cu->dslots[d];
+    { /* the batch moves; the slots trade their lists (pf__desc) */
+        pf__desc old = ds->b;
+        ds->b = s->b;
+        s->b.indices = old.indices;
+        s->b.sm = old.sm;
+    }
+    ds->seq = ++cu->staged;
+    ds->landed = false;
+    cu->hdone_seq[ds->seq % cu->nhdone] = ds->seq;
+    pf__move(&s->state, PF__FROM(PF__SLOT_STAGING), PF__SLOT_COPYING);
+    pf__unlock_wake(l);
+    PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->b.epoch, (unsigned long long)ds->b.batch);
+    r = pf__stage_copy(l, s, d, ds->b.bytes, ds->seq, why, sizeof why);
+    PF__RANGE_POP();
+    pf__lock(&l->sync.mu);
+    if (r != PF_OK) {
+        pf__cuda_fatal(l, PF__BY_STAGER, why);
+        pf__format(logmsg, n, "%s", why);
+        return false;
+    }
+    f = &cu->flights[(cu->flight_head + cu->flight_count++) % l->ring.nslots];
+    f->h = s->index;
+    f->d = d;
+    f->seq = ds->seq;
+    pf__wake(l, PF__ROLE_RETIRER);
+    pf__move(&ds->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_READY);
+    l->st.copies++;
+    l->st.copy_bytes += ds->b.bytes;
+    pf__push_item(l, PF__ITEM_BATCH, d);
+    return true;
+}
+
 static PF__THREAD_FN pf__stager_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
-    pf__cuda *cu = &l->cu;
     char logmsg[PF__MSG_SIZE] = "";
     pf__helper_begin(l, PF__BY_STAGER, "stager", logmsg, sizeof logmsg);
-    while (!l->sync.stopping && !cu->stager_done) {
-        pf__slot *s = NULL;
-        pf__dslot *ds;
-        uint32_t d;
-        int r;
-        char why[PF__MSG_SIZE];
-        if (cu->fifo_count == cu->fifo_cap) {
-            if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
-            continue;
-        }
-        r = pf__take(l, &s);
-        if (r == PF__WAIT) {
-            pf__wake_workers(l, true); /* the taker starves */
-            if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
-            continue;
-        }
-        if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) {
-            pf__push_item(l, r == PF_END_OF_EPOCH ? PF__ITEM_EPOCH_END : PF__ITEM_DATA_END, 0);
-            cu->stager_done = r == PF_END_OF_DATA;
-            continue;
-        }
-        if (r != PF_OK) { /* a load or planning failure: after every batch staged before it */
-            pf__push_item(l, PF__ITEM_ERROR, 0);
-            cu->stager_done = true;
-            if (r != PF_ERR_LOAD) pf__format(logmsg, sizeof logmsg, "%s", l->error.msg);
-            continue;
-        }
-        pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_STAGING);
-        while (cu->dfree_count == 0 && !l->sync.stopping && !cu->stager_done)
-            if (!pf__spin(l, PF__ROLE_STAGER)) pf__wait(l, PF__ROLE_STAGER, NULL);
-        if (l->sync.stopping || cu->stager_done) break;
-        d = cu->dfree[cu->dfree_head];
-        cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
-        cu->dfree_count--;
-        ds = &cu->dslots[d];
-        { /* the batch moves; the slots trade their lists (pf__desc) */
-            pf__desc old = ds->b;
-            ds->b = s->b;
-            s->b.indices = old.indices;
-            s->b.sm = old.sm;
-        }
-        ds->seq = ++cu->staged;
-        ds->landed = false;
-        cu->hdone_seq[ds->seq % cu->nhdone] = ds->seq;
-        pf__move(&s->state, PF__FROM(PF__SLOT_STAGING), PF__SLOT_COPYING);
-        pf__unlock_wake(l);
-        PF__RANGE_PUSH("stage epoch %llu batch %llu", (unsigned long long)ds->b.epoch, (unsigned long long)ds->b.batch);
-        r = pf__stage_copy(l, s, d, ds->b.bytes, ds->seq, why, sizeof why);
-        PF__RANGE_POP();
-        pf__lock(&l->sync.mu);
-        if (r != PF_OK) {
-            pf__cuda_fatal(l, PF__BY_STAGER, why);
-            pf__format(logmsg, sizeof logmsg, "%s", why);
-            break;
-        }
-        {
-            pf__flight *f = &cu->flights[(cu->flight_head + cu->flight_count++) % l->ring.nslots];
-            f->h = s->index;
-            f->d = d;
-            f->seq = ds->seq;
-            pf__wake(l, PF__ROLE_RETIRER);
-        }
-        pf__move(&ds->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_READY);
-        l->st.copies++;
-        l->st.copy_bytes += ds->b.bytes;
-        pf__push_item(l, PF__ITEM_BATCH, d);
+    while (!l->sync.stopping && !l->cu.stager_done) {
+        pf__slot *s = pf__stager_take(l, logmsg, sizeof logmsg);
+        if (s && !pf__stager_stage(l, s, logmsg, sizeof logmsg)) break;
     }
     pf__unlock_wake(l);
     if (logmsg[0] && !PF__LOAD_FLAG(&l->sync.stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", logmsg);
@@ -3840,27 +3859,14 @@ static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t
     return PF_OK;
 }
 
-/* Read a token into rs (its done list too when rs->skip is given, at most
-   cap entries), checking it against the config and against the epoch it
-   names: every field is either what this config would write or a position
-   this config can reach. PF_OK, or PF_ERR_INVALID_ARG naming the field. */
-static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resume *rs, uint32_t cap, char *why,
-                                  size_t wn) {
-    pf__token t;
-    const uint64_t *v = t.v;
+/* A token's fields against the config: the run it continues must be this
+   one (seed, batch size, shuffle, drop_last, mode, sizes in range). */
+static pf_result pf__check_token_config(const pf_config *c, const pf__token *t, char *why, size_t wn) {
+    const uint64_t *v = t->v;
     uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
-    uint64_t nbatches = 0;
-    bool no_done;
-    char shown[24];
-    pf_result r = pf__read_token(tok, &t, why, wn);
-    if (r != PF_OK) return r;
-    rs->has_n = t.has_n;
-    rs->nskip = 0;
-    rs->skip_max = 0;
-    rs->skipped = t.skipped;
-    if (c->bad_limit && t.skipped > c->bad_limit)
+    if (c->bad_limit && t->skipped > c->bad_limit)
         PF__RBAD("resume token has skipped=%llu bad samples already, more than cfg.bad_limit (%llu): the run it "
-                 "continues would have stopped", (unsigned long long)t.skipped, (unsigned long long)c->bad_limit);
+                 "continues would have stopped", (unsigned long long)t->skipped, (unsigned long long)c->bad_limit);
     if (v[PF__K_SHUFFLE] > 1 || v[PF__K_DROP] > 1 || v[PF__K_UNORD] > 1)
         PF__RBAD("cfg.resume: malformed token: shuffle, drop_last and unordered are 0 or 1");
     if (v[PF__K_SEED] != c->seed)
@@ -3879,10 +3885,10 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     if (v[PF__K_DROP] != (uint64_t)c->drop_last)
         PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[PF__K_DROP] ? "true" : "false",
                  c->drop_last ? "true" : "false");
-    if (t.has_n && !c->num_samples_fn && v[PF__K_N] != c->num_samples)
+    if (t->has_n && !c->num_samples_fn && v[PF__K_N] != c->num_samples)
         PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu", (unsigned long long)v[PF__K_N],
                  (unsigned long long)c->num_samples);
-    if (t.has_n && v[PF__K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
+    if (t->has_n && v[PF__K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
     if (v[PF__K_UNORD] != (uint64_t)c->unordered)
         PF__RBAD("resume token is from %s mode, cfg.unordered is %s", v[PF__K_UNORD] ? "unordered" : "in-order",
                  c->unordered ? "true" : "false");
@@ -3902,27 +3908,31 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
                  (unsigned)c->epochs);
     if (v[PF__K_EPOCH] >= PF__MAX_EPOCH)
         PF__RBAD("cfg.resume: malformed token: epoch=%llu must be below 2^62", (unsigned long long)v[PF__K_EPOCH]);
-    no_done = t.done[0] == '-' && (t.done[1] == '\0' || pf__token_space(t.done[1]));
-    if (c->epochs && v[PF__K_EPOCH] == c->epochs && (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from))
-        PF__RBAD("cfg.resume: malformed token: at epoch=%llu = cfg.epochs (the end of data) a token has batch=0 "
-                 "pos=0 done=-", (unsigned long long)v[PF__K_EPOCH]);
-    /* The position inside its epoch. A run of world w numbers its batches
-       from an origin (0:0, or from=B0:P0 where it was resumed on another
-       world size) and is then at pos = P0 + (batch - B0) * batch_size * w:
-       batch and pos must agree, and batch must lie inside the epoch such a
-       run has. Overflow-checked: every product stays below 2^64. */
-    if (!t.has_n) {
-        if (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from) /* written only at an epoch's start */
+    return PF_OK;
+}
+
+/* The position inside its epoch. A run of world w numbers its batches
+   from an origin (0:0, or from=B0:P0 where it was resumed on another world
+   size) and is then at pos = P0 + (batch - B0) * batch_size * w: batch and
+   pos must agree, and batch must lie inside the epoch such a run has.
+   Overflow-checked: every product stays below 2^64. *nbatches: the
+   epoch's batches as the resumed run will plan it (0: n unknown). */
+static pf_result pf__check_token_position(const pf_config *c, const pf__token *t, bool no_done, uint64_t *nbatches,
+                                          char *why, size_t wn) {
+    const uint64_t *v = t->v;
+    char shown[24];
+    if (!t->has_n) {
+        if (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t->has_from) /* written only at an epoch's start */
             PF__RBAD("cfg.resume: malformed token: n=- (the epoch's size unknown) with batch=%llu pos=%llu done=%s: "
                      "such a token is written only at an epoch's start", (unsigned long long)v[PF__K_BATCH],
-                     (unsigned long long)v[PF__K_POS], pf__shown(t.done, shown, sizeof shown));
+                     (unsigned long long)v[PF__K_POS], pf__shown(t->done, shown, sizeof shown));
     } else {
         uint64_t w = v[PF__K_WORLD], bs = c->batch_size, b = v[PF__K_BATCH], pos = v[PF__K_POS];
-        uint64_t b0 = t.has_from ? t.from_batch : 0, p0 = t.has_from ? t.from_pos : 0, rest, per_rank, nb, n;
+        uint64_t b0 = t->has_from ? t->from_batch : 0, p0 = t->has_from ? t->from_pos : 0, rest, per_rank, nb, n;
         bool past;
         pf__plan pl;
-        n = t.has_n ? v[PF__K_N] : c->num_samples;
-        if (t.has_from && (p0 > n + (uint64_t)PF__MAX_WORLD * bs || b0 > p0 / bs || b0 > b))
+        n = t->has_n ? v[PF__K_N] : c->num_samples;
+        if (t->has_from && (p0 > n + (uint64_t)PF__MAX_WORLD * bs || b0 > p0 / bs || b0 > b))
             PF__RBAD("cfg.resume: malformed token: from=%llu:%llu is not where an epoch of %llu samples in batches of "
                      "%llu can be resumed before batch=%llu", (unsigned long long)b0, (unsigned long long)p0,
                      (unsigned long long)n, (unsigned long long)bs, (unsigned long long)b);
@@ -3935,7 +3945,7 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
             }
             PF__RBAD("cfg.resume: malformed token: pos=%llu does not match batch=%llu: world=%llu ranks at that batch "
                      "(batches of %llu%s) are at position %s", (unsigned long long)pos, (unsigned long long)b,
-                     (unsigned long long)w, (unsigned long long)bs, t.has_from ? ", numbered from the from= point" : "",
+                     (unsigned long long)w, (unsigned long long)bs, t->has_from ? ", numbered from the from= point" : "",
                      shown);
         }
         rest = n > p0 ? n - p0 : 0;
@@ -3947,41 +3957,73 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
                      (unsigned long long)v[PF__K_EPOCH], (unsigned long long)nb, (unsigned long long)n,
                      (unsigned long long)bs, (unsigned long long)w);
         pf__plan_init(&pl, c, v[PF__K_EPOCH], n, pos, b); /* as the resumed run will plan it */
-        nbatches = pl.nbatches;
+        *nbatches = pl.nbatches;
     }
-    if (no_done) {
-        /* nothing delivered past `batch` */
-    } else if (!c->unordered) {
+    return PF_OK;
+}
+
+/* An unordered token's done list: the batches delivered past `batch`,
+   increasing, inside the window a run can have in flight and inside the
+   epoch. Stored into rs->skip (at most cap, when given), counted always. */
+static pf_result pf__read_done(const pf_config *c, const pf__token *t, uint64_t nbatches, pf__resume *rs, uint32_t cap,
+                               char *why, size_t wn) {
+    const uint64_t *v = t->v;
+    char shown[24];
+    const char *d = t->done;
+    uint64_t last = v[PF__K_BATCH];
+    if (!c->unordered)
         PF__RBAD("cfg.resume: malformed token: done=%s in an in-order token (only unordered runs list batches)",
-                 pf__shown(t.done, shown, sizeof shown));
-    } else { /* the batches delivered past `batch`: increasing, inside the
-                window a run can have in flight and inside the epoch */
-        const char *d = t.done;
-        uint64_t last = v[PF__K_BATCH];
-        for (;;) {
-            const char *e2;
-            uint64_t b;
-            if (!pf__parse_u64(d, &e2, &b) || (*e2 && *e2 != ',' && !pf__token_space(*e2)))
-                PF__RBAD("cfg.resume: malformed token: done=%s is not a list of batch numbers",
-                         pf__shown(t.done, shown, sizeof shown));
-            if (b <= last)
-                PF__RBAD("cfg.resume: malformed token: done lists %llu after %llu (it lists batches past batch=%llu, "
-                         "each once, increasing)", (unsigned long long)b, (unsigned long long)last,
-                         (unsigned long long)v[PF__K_BATCH]);
-            if (b - v[PF__K_BATCH] >= PF__MAX_WINDOW)
-                PF__RBAD("cfg.resume: malformed token: done lists %llu, %llu batches past batch=%llu: no run has more "
-                         "than %u in flight", (unsigned long long)b, (unsigned long long)(b - v[PF__K_BATCH]),
-                         (unsigned long long)v[PF__K_BATCH], PF__MAX_WINDOW);
-            if (b >= nbatches)
-                PF__RBAD("cfg.resume: malformed token: done lists batch %llu, but epoch %llu has %llu batches",
-                         (unsigned long long)b, (unsigned long long)v[PF__K_EPOCH], (unsigned long long)nbatches);
-            if (rs->skip && rs->nskip < cap) rs->skip[rs->nskip] = b;
-            rs->nskip++;
-            rs->skip_max = last = b;
-            if (*e2 != ',') break;
-            d = e2 + 1;
-        }
+                 pf__shown(t->done, shown, sizeof shown));
+    for (;;) {
+        const char *e2;
+        uint64_t b;
+        if (!pf__parse_u64(d, &e2, &b) || (*e2 && *e2 != ',' && !pf__token_space(*e2)))
+            PF__RBAD("cfg.resume: malformed token: done=%s is not a list of batch numbers",
+                     pf__shown(t->done, shown, sizeof shown));
+        if (b <= last)
+            PF__RBAD("cfg.resume: malformed token: done lists %llu after %llu (it lists batches past batch=%llu, "
+                     "each once, increasing)", (unsigned long long)b, (unsigned long long)last,
+                     (unsigned long long)v[PF__K_BATCH]);
+        if (b - v[PF__K_BATCH] >= PF__MAX_WINDOW)
+            PF__RBAD("cfg.resume: malformed token: done lists %llu, %llu batches past batch=%llu: no run has more "
+                     "than %u in flight", (unsigned long long)b, (unsigned long long)(b - v[PF__K_BATCH]),
+                     (unsigned long long)v[PF__K_BATCH], PF__MAX_WINDOW);
+        if (b >= nbatches)
+            PF__RBAD("cfg.resume: malformed token: done lists batch %llu, but epoch %llu has %llu batches",
+                     (unsigned long long)b, (unsigned long long)v[PF__K_EPOCH], (unsigned long long)nbatches);
+        if (rs->skip && rs->nskip < cap) rs->skip[rs->nskip] = b;
+        rs->nskip++;
+        rs->skip_max = last = b;
+        if (*e2 != ',') break;
+        d = e2 + 1;
     }
+    return PF_OK;
+}
+
+/* Read a token into rs (its done list too when rs->skip is given, at most
+   cap entries), checking it against the config and against the epoch it
+   names: every field is either what this config would write or a position
+   this config can reach. PF_OK, or PF_ERR_INVALID_ARG naming the field. */
+static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resume *rs, uint32_t cap, char *why,
+                                  size_t wn) {
+    pf__token t;
+    const uint64_t *v = t.v;
+    uint64_t nbatches = 0;
+    bool no_done;
+    pf_result r = pf__read_token(tok, &t, why, wn);
+    if (r == PF_OK) r = pf__check_token_config(c, &t, why, wn);
+    if (r != PF_OK) return r;
+    rs->has_n = t.has_n;
+    rs->nskip = 0;
+    rs->skip_max = 0;
+    rs->skipped = t.skipped;
+    no_done = t.done[0] == '-' && (t.done[1] == '\0' || pf__token_space(t.done[1]));
+    if (c->epochs && v[PF__K_EPOCH] == c->epochs && (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from))
+        PF__RBAD("cfg.resume: malformed token: at epoch=%llu = cfg.epochs (the end of data) a token has batch=0 "
+                 "pos=0 done=-", (unsigned long long)v[PF__K_EPOCH]);
+    r = pf__check_token_position(c, &t, no_done, &nbatches, why, wn);
+    if (r == PF_OK && !no_done) r = pf__read_done(c, &t, nbatches, rs, cap, why, wn);
+    if (r != PF_OK) return r;
     rs->epoch = v[PF__K_EPOCH];
     rs->batch = v[PF__K_BATCH];
     rs->pos = v[PF__K_POS];
