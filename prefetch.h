@@ -155,7 +155,7 @@
        claim   the workers' cursor and the epochs' plans (>>claim);
                planning drops the lock around cfg.num_samples_fn.
        take    the taker's cursor: the consumer's (host) or the stager's
-               (CUDA) (>>take).
+               (CUDA) (pf__take, >>ring).
        cons    what pf_next has handed out (>>consumer); cons.err is
                written only by the thread in a public call.
        ck      the checkpoint position and the parsed resume token
@@ -711,6 +711,27 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 /* ======================================================================== */
 #if defined(PREFETCH_IMPLEMENTATION) && !defined(PREFETCH_IMPLEMENTATION_INCLUDED)
 #define PREFETCH_IMPLEMENTATION_INCLUDED
+
+/* The sections, in order (grep ">>name"):
+     platform, threads, util   includes, the thread wrapper, clocks, formatting
+     sampler                   the epoch's order: permutation, blocks, shards
+     types                     slots, the batch descriptor, the loader's parts,
+                               the backend interface
+     errors                    logging; the pipeline's one error record
+     config                    defaults and checks
+     waiting                   the lock, conditions, wakes, bounded spins
+     claim                     plans and the workers' claim cursor
+     ring                      publish, take, free: a slot's way round
+     autotune                  how many workers, and the ring that follows
+     workers                   the worker threads
+     consumer                  pf_next's frame, waits, delivery bookkeeping
+     backend host              pf__host_ops
+     backend cuda              pf__cuda_ops: stager, retirer, events, contexts
+     launcher                  pf_shard_from_env
+     resume                    checkpoint tokens: write, read, check
+     public                    pf_create (build, start), the public calls
+     worker state, samples     per-worker state; packed and skipped samples
+     readers, records, tokens, tar   the built-in readers */
 
 /* Said plainly, instead of a page of errors about timespec_get and
    thrd_create: the implementation needs C11 (or C++11). */
@@ -1288,7 +1309,7 @@ typedef struct pf__cuda {
    spinners and pf_job_cancelled without it), cons.err (the consumer's own)
    and the CUDA handles (fixed at pf_create). */
 
-/* >>waiting: one lock; per role a condition and a count of the threads
+/* (>>waiting) one lock; per role a condition and a count of the threads
    waiting on it; the pulses spinners watch */
 typedef struct pf__sync {
     pf__mutex mu;
@@ -1314,7 +1335,7 @@ typedef struct pf__sync {
     uint32_t ncpu;               /* online CPUs: no more spinners than this */
 } pf__sync;
 
-/* >>ring: the host slots and the queues between workers and the taker */
+/* (>>ring) the host slots and the queues between workers and the taker */
 typedef struct pf__ring {
     uint32_t nslots;
     void *host_raw;              /* host backend block, unaligned (for free) */
@@ -1334,7 +1355,7 @@ typedef struct pf__ring {
     uint64_t *sample_mem;        /* each slot's pf__samples words, likewise */
 } pf__ring;
 
-/* >>claim: the workers' cursor, and the plans of the epochs between the
+/* (>>claim) the workers' cursor, and the plans of the epochs between the
    taker and it */
 typedef struct pf__claimer {
     pf__plan *plans;
@@ -1349,7 +1370,7 @@ typedef struct pf__taker {
     uint64_t ended_n;            /* the n of the epoch the taker ended last */
 } pf__taker;
 
-/* >>consumer: what pf_next has handed out */
+/* (>>consumer) what pf_next has handed out */
 typedef struct pf__consumer {
     uint32_t held;
     uint64_t ticket;
@@ -1359,7 +1380,7 @@ typedef struct pf__consumer {
     char err[PF__MSG_SIZE]; /* pf_error's text: the consumer's latest failed call */
 } pf__consumer;
 
-/* >>resume: the consumer's checkpoint position in its epoch, and where
+/* (>>resume) the consumer's checkpoint position in its epoch, and where
    cfg.resume said to start */
 typedef struct pf__checkpoint {
     uint64_t low;            /* the first batch of cons.epoch not yet delivered */
@@ -1377,13 +1398,13 @@ typedef struct pf__checkpoint {
     pf__resume rs;           /* where cfg.resume says to start (the first epoch planned) */
 } pf__checkpoint;
 
-/* >>workers: the threads */
+/* (>>workers) the threads */
 typedef struct pf__pool {
     pf__worker *w;
     uint32_t started;
 } pf__pool;
 
-/* >>autotune: workers 0 .. active-1 load, the rest park */
+/* (>>autotune) workers 0 .. active-1 load, the rest park */
 typedef struct pf__tuner {
     uint32_t active;
     uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
@@ -1484,6 +1505,8 @@ static void pf__worker_up(pf_loader *l, pf__worker *w);
 static void pf__worker_down(pf_loader *l, pf__worker *w);
 
 
+/* >>errors ---------------------------------------------------------------- */
+/* Logging through cfg.log, and the consumer's own error text (pf_error). */
 static void pf__log(const pf_config *c, int level, const char *fmt, ...) PF__PRINTF(3, 4);
 static void pf__log(const pf_config *c, int level, const char *fmt, ...) {
     char msg[PF__MSG_SIZE];
@@ -1506,7 +1529,6 @@ static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) {
     return r;
 }
 
-/* >>errors ---------------------------------------------------------------- */
 /* One record per loader. Any thread that hits a pipeline failure (planning,
    a load, the stager, the retirer, the consumer's own CUDA calls) sets it;
    the first failure wins and later ones are dropped (they are usually its
@@ -1636,17 +1658,6 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
                 (unsigned long long)c->batch_bytes, (unsigned)c->host_slots);
     return PF_OK;
 #undef PF__BAD
-}
-
-/* >>ring ------------------------------------------------------------------ */
-/* Plans live in a small ring from the take cursor's epoch to the claim
-   cursor's; a plan retires when the taker passes its end. */
-static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
-    uint64_t first;
-    if (l->claim.plan_count == 0) return NULL;
-    first = l->claim.plans[l->claim.plan_head].epoch;
-    if (epoch < first || epoch - first >= l->claim.plan_count) return NULL;
-    return &l->claim.plans[(l->claim.plan_head + (uint32_t)(epoch - first)) % l->claim.plan_cap];
 }
 
 /* >>waiting --------------------------------------------------------------- */
@@ -1847,6 +1858,18 @@ static void pf__wake_workers(pf_loader *l, bool urgent) {
     if (l->sync.waiting[PF__ROLE_WORKER]) l->sync.wake |= l->ring.nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
 }
 
+/* >>claim ----------------------------------------------------------------- */
+/* The workers' side: plan epochs, claim the next batch. */
+/* Plans live in a small ring from the take cursor's epoch to the claim
+   cursor's; a plan retires when the taker passes its end. */
+static pf__plan *pf__plan_find(pf_loader *l, uint64_t epoch) {
+    uint64_t first;
+    if (l->claim.plan_count == 0) return NULL;
+    first = l->claim.plans[l->claim.plan_head].epoch;
+    if (epoch < first || epoch - first >= l->claim.plan_count) return NULL;
+    return &l->claim.plans[(l->claim.plan_head + (uint32_t)(epoch - first)) % l->claim.plan_cap];
+}
+
 /* Plan the claim cursor's epoch. Called with the lock held and returns with
    it held, but drops it around num_samples_fn: user code never runs under
    the loader's lock. */
@@ -1961,6 +1984,9 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
     }
 }
 
+/* >>ring ------------------------------------------------------------------ */
+/* A slot's way round the ring: published by its worker, taken in order
+   (or as finished), freed. */
 /* A worker finished slot s (lock held). */
 static void pf__publish(pf_loader *l, pf__slot *s) {
     pf__move(&s->state, PF__FROM(PF__SLOT_LOADING), PF__SLOT_READY);
@@ -2034,122 +2060,6 @@ static int pf__take(pf_loader *l, pf__slot **out) {
     l->take.done++;
     *out = s;
     return PF_OK;
-}
-
-/* Why is the next batch late? For PF_TIMEOUT messages (lock held). The
-   consumer waits for the stager's slot if one is staging (CUDA), else for
-   the next batch in order (or, unordered, the oldest load of its epoch). */
-static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
-    uint32_t loading = 0, ready = 0, copying = 0, i;
-    pf__slot *late = NULL, *staging = NULL;
-    uint64_t now = pf__now_ns();
-    for (i = 0; i < l->ring.nslots; i++) {
-        pf__slot *s = &l->ring.slots[i];
-        loading += s->state == PF__SLOT_LOADING;
-        ready += s->state == PF__SLOT_READY;
-        copying += s->state == PF__SLOT_COPYING;
-        if (s->state == PF__SLOT_STAGING) staging = s;
-        if (s->state == PF__SLOT_LOADING && s->b.epoch == l->take.epoch &&
-            (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->take.taken))
-            late = s;
-    }
-    if (staging) { /* CUDA only: loaded, waiting for a device slot */
-        pf__format(dst, size, "epoch %llu batch %llu is loaded and waits for a free device slot (the consumer "
-                   "holds every one of cfg.device_slots = %u)", (unsigned long long)staging->b.epoch,
-                   (unsigned long long)staging->b.batch, (unsigned)l->cfg.device_slots);
-        return;
-    }
-    if (late)
-        pf__format(dst, size, "epoch %llu batch %llu is late: worker %u has been inside load for %llu ms",
-                   (unsigned long long)late->b.epoch, (unsigned long long)late->b.batch, (unsigned)late->worker,
-                   (unsigned long long)((now - late->started_ns) / 1000000u));
-    else
-        pf__format(dst, size,
-                   "epoch %llu batch %llu is late: no worker has started it (%u of %u host slots "
-                   "loading, %u ready, %u copying, %u held by the consumer)",
-                   (unsigned long long)l->take.epoch, (unsigned long long)l->take.done, (unsigned)loading,
-                   (unsigned)l->ring.nslots, (unsigned)ready, (unsigned)copying, (unsigned)l->cons.held);
-}
-
-/* Why the consumer waited. On CUDA the host runs ahead of the GPU, so a
-   wait is often backpressure, not starvation: the GPU is still busy with
-   batches already handed out. Only the rest is the loader's fault: the
-   GPU sat idle for a copy (copy-bound) or while the next batch loaded
-   (input-bound). See pf__cuda_wait_on and pf__cuda_settle. */
-enum { PF__WAIT_INPUT, PF__WAIT_COPY, PF__WAIT_GPU };
-
-/* What one pf_next waits on: a PF__WAIT_* kind as the wait begins and, for
-   a wait behind copies, the batch (its staging seq) it is behind. */
-typedef struct pf__wait_on {
-    int kind;
-    uint64_t seq;
-} pf__wait_on;
-
-/* Waits are counted as wall-clock time during which at least one pf_next
-   waited, so two consumers waiting together count once and wait_s never
-   exceeds elapsed_s. The span takes the kind of the wait that closes it:
-   a wait's kind may be settled only when it ends. */
-static void pf__wait_begins(pf_loader *l) {
-    if (l->st.waiters++ == 0) l->st.wait_since = pf__now_ns();
-}
-
-static void pf__wait_ends(pf_loader *l, int kind) {
-    uint64_t now = pf__now_ns(), dt;
-    l->st.last_ns = now; /* a pf_next that waits again still counts as latest */
-    if (--l->st.waiters) return;
-    dt = now - l->st.wait_since;
-    if (kind == PF__WAIT_COPY)
-        l->st.wait_copy_ns += dt;
-    else if (kind == PF__WAIT_GPU)
-        l->st.wait_gpu_ns += dt;
-    else
-        l->st.wait_input_ns += dt;
-}
-
-/* The consumer waits (optional deadline): 0 woken, 1 timed out (lock held). */
-static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
-    pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
-    if (pf__spin(l, PF__ROLE_CONSUMER)) { /* recheck; a spin pulsed again and again still times out */
-        struct timespec now;
-        if (!deadline) return 0;
-        timespec_get(&now, TIME_UTC);
-        return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
-    }
-    return pf__wait(l, PF__ROLE_CONSUMER, deadline);
-}
-
-static void pf__note_delivery(pf_loader *l, const pf__desc *b) {
-    uint64_t batch = b->batch;
-    l->st.batches++;
-    l->st.samples += b->count;
-    l->st.bytes += b->bytes;
-    l->st.ready_sum += l->ring.nready;
-    l->cons.epoch = b->epoch;
-    l->cons.batch++;
-    l->cons.nbatches = b->nbatches;
-    /* the checkpoint position: the first batch not yet delivered */
-    l->ck.n = b->n;
-    l->ck.n_known = true;
-    PF_ASSERT(batch >= l->ck.low && batch < l->ck.low + l->ck.win);
-    if (batch == l->ck.low) {
-        do l->ck.done[l->ck.low++ % l->ck.win] = 0;
-        while (l->ck.done[l->ck.low % l->ck.win]);
-        if (l->ck.lead_capped) { /* a worker stopped at the lead cap: it moved */
-            l->ck.lead_capped = false;
-            pf__wake_all_workers(l);
-        }
-    } else {
-        l->ck.done[batch % l->ck.win] = 1;
-    }
-}
-
-static void pf__note_epoch_end(pf_loader *l) {
-    l->cons.epoch++;
-    l->cons.batch = 0;
-    l->cons.nbatches = 0;
-    l->ck.low = l->ck.start = l->ck.first = 0;
-    l->ck.n_known = false;
-    memset(l->ck.done, 0, l->ck.win);
 }
 
 /* >>autotune -------------------------------------------------------------- */
@@ -2427,6 +2337,122 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
 }
 
 /* >>consumer -------------------------------------------------------------- */
+/* Why is the next batch late? For PF_TIMEOUT messages (lock held). The
+   consumer waits for the stager's slot if one is staging (CUDA), else for
+   the next batch in order (or, unordered, the oldest load of its epoch). */
+static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
+    uint32_t loading = 0, ready = 0, copying = 0, i;
+    pf__slot *late = NULL, *staging = NULL;
+    uint64_t now = pf__now_ns();
+    for (i = 0; i < l->ring.nslots; i++) {
+        pf__slot *s = &l->ring.slots[i];
+        loading += s->state == PF__SLOT_LOADING;
+        ready += s->state == PF__SLOT_READY;
+        copying += s->state == PF__SLOT_COPYING;
+        if (s->state == PF__SLOT_STAGING) staging = s;
+        if (s->state == PF__SLOT_LOADING && s->b.epoch == l->take.epoch &&
+            (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->take.taken))
+            late = s;
+    }
+    if (staging) { /* CUDA only: loaded, waiting for a device slot */
+        pf__format(dst, size, "epoch %llu batch %llu is loaded and waits for a free device slot (the consumer "
+                   "holds every one of cfg.device_slots = %u)", (unsigned long long)staging->b.epoch,
+                   (unsigned long long)staging->b.batch, (unsigned)l->cfg.device_slots);
+        return;
+    }
+    if (late)
+        pf__format(dst, size, "epoch %llu batch %llu is late: worker %u has been inside load for %llu ms",
+                   (unsigned long long)late->b.epoch, (unsigned long long)late->b.batch, (unsigned)late->worker,
+                   (unsigned long long)((now - late->started_ns) / 1000000u));
+    else
+        pf__format(dst, size,
+                   "epoch %llu batch %llu is late: no worker has started it (%u of %u host slots "
+                   "loading, %u ready, %u copying, %u held by the consumer)",
+                   (unsigned long long)l->take.epoch, (unsigned long long)l->take.done, (unsigned)loading,
+                   (unsigned)l->ring.nslots, (unsigned)ready, (unsigned)copying, (unsigned)l->cons.held);
+}
+
+/* Why the consumer waited. On CUDA the host runs ahead of the GPU, so a
+   wait is often backpressure, not starvation: the GPU is still busy with
+   batches already handed out. Only the rest is the loader's fault: the
+   GPU sat idle for a copy (copy-bound) or while the next batch loaded
+   (input-bound). See pf__cuda_wait_on and pf__cuda_settle. */
+enum { PF__WAIT_INPUT, PF__WAIT_COPY, PF__WAIT_GPU };
+
+/* What one pf_next waits on: a PF__WAIT_* kind as the wait begins and, for
+   a wait behind copies, the batch (its staging seq) it is behind. */
+typedef struct pf__wait_on {
+    int kind;
+    uint64_t seq;
+} pf__wait_on;
+
+/* Waits are counted as wall-clock time during which at least one pf_next
+   waited, so two consumers waiting together count once and wait_s never
+   exceeds elapsed_s. The span takes the kind of the wait that closes it:
+   a wait's kind may be settled only when it ends. */
+static void pf__wait_begins(pf_loader *l) {
+    if (l->st.waiters++ == 0) l->st.wait_since = pf__now_ns();
+}
+
+static void pf__wait_ends(pf_loader *l, int kind) {
+    uint64_t now = pf__now_ns(), dt;
+    l->st.last_ns = now; /* a pf_next that waits again still counts as latest */
+    if (--l->st.waiters) return;
+    dt = now - l->st.wait_since;
+    if (kind == PF__WAIT_COPY)
+        l->st.wait_copy_ns += dt;
+    else if (kind == PF__WAIT_GPU)
+        l->st.wait_gpu_ns += dt;
+    else
+        l->st.wait_input_ns += dt;
+}
+
+/* The consumer waits (optional deadline): 0 woken, 1 timed out (lock held). */
+static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
+    pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
+    if (pf__spin(l, PF__ROLE_CONSUMER)) { /* recheck; a spin pulsed again and again still times out */
+        struct timespec now;
+        if (!deadline) return 0;
+        timespec_get(&now, TIME_UTC);
+        return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+    }
+    return pf__wait(l, PF__ROLE_CONSUMER, deadline);
+}
+
+static void pf__note_delivery(pf_loader *l, const pf__desc *b) {
+    uint64_t batch = b->batch;
+    l->st.batches++;
+    l->st.samples += b->count;
+    l->st.bytes += b->bytes;
+    l->st.ready_sum += l->ring.nready;
+    l->cons.epoch = b->epoch;
+    l->cons.batch++;
+    l->cons.nbatches = b->nbatches;
+    /* the checkpoint position: the first batch not yet delivered */
+    l->ck.n = b->n;
+    l->ck.n_known = true;
+    PF_ASSERT(batch >= l->ck.low && batch < l->ck.low + l->ck.win);
+    if (batch == l->ck.low) {
+        do l->ck.done[l->ck.low++ % l->ck.win] = 0;
+        while (l->ck.done[l->ck.low % l->ck.win]);
+        if (l->ck.lead_capped) { /* a worker stopped at the lead cap: it moved */
+            l->ck.lead_capped = false;
+            pf__wake_all_workers(l);
+        }
+    } else {
+        l->ck.done[batch % l->ck.win] = 1;
+    }
+}
+
+static void pf__note_epoch_end(pf_loader *l) {
+    l->cons.epoch++;
+    l->cons.batch = 0;
+    l->cons.nbatches = 0;
+    l->ck.low = l->ck.start = l->ck.first = 0;
+    l->ck.n_known = false;
+    memset(l->ck.done, 0, l->ck.win);
+}
+
 /* What pf_next, pf_release and pf_batch_wait share on both backends. */
 /* Hand batch b, whose bytes are at data, to the caller as *out: the
    delivery's bookkeeping (pf__note_delivery), then the pf_batch (lock
@@ -2470,8 +2496,22 @@ static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadli
     return PF_OK;
 }
 
+/* A batch handed back by pf_release or pf_batch_wait: from this loader,
+   not released yet, its slot's ticket still its own (lock held). */
 static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn, uint32_t nslots,
-                                 uint64_t (*ticket_of)(pf_loader *, uint32_t));
+                                 uint64_t (*ticket_of)(pf_loader *, uint32_t)) {
+    if (b->pf__owner != l)
+        return pf__fail(l, PF_ERR_INVALID_ARG, "%s: this batch is not from this loader's pf_next", fn);
+    if (b->pf__ticket == 0)
+        return pf__fail(l, PF_ERR_INVALID_STATE, "%s: this batch was already released", fn);
+    if (b->pf__slot >= nslots)
+        return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (slot %u of %u)", fn,
+                        (unsigned)b->pf__slot, (unsigned)nslots);
+    if (ticket_of(l, b->pf__slot) != b->pf__ticket)
+        return pf__fail(l, PF_ERR_INVALID_STATE, "%s: epoch %llu batch %llu was already released", fn,
+                        (unsigned long long)b->epoch, (unsigned long long)b->batch);
+    return PF_OK;
+}
 
 /* pf_next's frame, shared: the lock, the stats clock, the sticky error,
    then the backend's take (lock held throughout), then the progress
@@ -2535,21 +2575,6 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
         if (w != PF_OK) return w;
     }
-}
-
-static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn, uint32_t nslots,
-                                 uint64_t (*ticket_of)(pf_loader *, uint32_t)) {
-    if (b->pf__owner != l)
-        return pf__fail(l, PF_ERR_INVALID_ARG, "%s: this batch is not from this loader's pf_next", fn);
-    if (b->pf__ticket == 0)
-        return pf__fail(l, PF_ERR_INVALID_STATE, "%s: this batch was already released", fn);
-    if (b->pf__slot >= nslots)
-        return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (slot %u of %u)", fn,
-                        (unsigned)b->pf__slot, (unsigned)nslots);
-    if (ticket_of(l, b->pf__slot) != b->pf__ticket)
-        return pf__fail(l, PF_ERR_INVALID_STATE, "%s: epoch %llu batch %llu was already released", fn,
-                        (unsigned long long)b->epoch, (unsigned long long)b->batch);
-    return PF_OK;
 }
 
 static uint64_t pf__host_ticket(pf_loader *l, uint32_t slot) { return l->ring.slots[slot].ticket; }
