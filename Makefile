@@ -111,7 +111,7 @@ $(foreach v,$(3),$(eval $(call SUITE_ONE,$(1),$(2),$(v))))
 endef
 define SUITE_ONE
 $(B)/$(1)_$(3): tests/$(2) $(THDR) $(if $(call is_sim,$(3)),$(SIMSRC) $(SIMHDR))
-	@rm -f $$@
+	@mkdir -p $$(@D); rm -f $$@
 	$$(V_$(3)) $$< $(if $(call is_sim,$(3)),-x none $(SIMSRC)) -o $$@ -lpthread
 endef
 
@@ -124,74 +124,74 @@ $(call SUITE,stress,test_stress.c,gcc tsan sim sim_tsan)
 
 # ---- reliability: the fuzz corpus replayed, stress and soak on both backends
 $(B)/fuzz_replay: tests/fuzz.c $(HDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $(ASAN) -DFUZZ_REPLAY -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
 $(B)/fuzz_token_replay: tests/fuzz_token.c $(HDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $(ASAN) -DFUZZ_REPLAY -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
 
 # ---- bench/gpu_bench.cu built with gcc against the simulator's timing model
 $(B)/gpu_bench_model: bench/gpu_bench.cu $(HDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) -O2 $(WARN) $(SIM) -x c $< -x none $(SIMSRC) -o $@ -lpthread
 
 # ---- how users include it: strict C11, C++17, PREFETCH_STATIC, two files
 $(B)/strict_gcc: tests/compile/strict_c11.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(WARN) $< -o $@
 $(B)/strict_clang: tests/compile/strict_c11.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CLANG) $(CSTD) $(WARN) $< -o $@
 $(B)/strict_cxx: tests/compile/strict_c11.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CXX) -std=c++17 $(WARN) -x c++ $< -o $@
 $(B)/static_impl: tests/compile/static_impl.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(WARN) $< -o $@
 # PF_CONFIG_INIT: no warning with -Wextra as C11, C++11, C++17 (and nvcc below)
 $(B)/config_init_c: tests/compile/config_init.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(WARN) -Wmissing-field-initializers $< -o $@ -lpthread
 $(B)/config_init_cxx11: tests/compile/config_init.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CXX) -std=c++11 $(WARN) -Wmissing-field-initializers -x c++ $< -o $@ -lpthread
 $(B)/config_init_cxx17: tests/compile/config_init.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CXX) -std=c++17 $(WARN) -Wmissing-field-initializers -x c++ $< -o $@ -lpthread
 $(B)/config_init_nvcc: tests/compile/config_init.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) -x cu $< -o $@
 $(B)/two_tu: tests/compile/two_tu_impl.c tests/compile/two_tu_main.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(WARN) tests/compile/two_tu_impl.c tests/compile/two_tu_main.c -o $@
 
 # ---- the real CUDA toolkit: gcc and g++ with -lcudart, and nvcc
 $(B)/real_gcc: tests/test_cuda_toolkit.c $(THDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) -DPREFETCH_CUDA $(CUDA_INC) $< -o $@ $(CUDA_LIB) -lpthread
 $(B)/real_cxx: tests/test_cuda_toolkit.c $(THDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CXX) -std=c++17 $(TFLAGS) -DPREFETCH_CUDA $(CUDA_INC) -x c++ $< -o $@ $(CUDA_LIB) -lpthread
 $(B)/real_nvtx: tests/test_cuda_toolkit.c $(THDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) -DPREFETCH_CUDA -DPREFETCH_NVTX $(CUDA_INC) $< -o $@ $(CUDA_LIB) -lpthread -ldl
 $(B)/real_gpu: tests/test_real_gpu.cu $(THDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
 $(B)/nvcc_impl: tests/compile/nvcc_impl.cu $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $< -o $@
 $(B)/train_cuda: examples/train_cuda.cu $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
 $(B)/multi_gpu: examples/multi_gpu.cu $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
 $(B)/gpu_bench: bench/gpu_bench.cu $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
 $(B)/demo_cuda: examples/demo.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) -x cu $< -o $@
 
 # ---- older toolkits' header surfaces (tests/cuda_shapes.sh): gcc, g++, nvcc
@@ -200,52 +200,52 @@ $(B)/cuda-shapes/stamp: tests/cuda_shapes.sh
 	sh tests/cuda_shapes.sh $(CUDA_INC_DIR) $(B)/cuda-shapes
 	@touch $@
 $(B)/shape_%_gcc: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(WARN) -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@ $(CUDA_LIB) -lpthread
 $(B)/shape_%_cxx: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CXX) -std=c++17 $(WARN) -x c++ -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@ \
 		$(CUDA_LIB) -lpthread
 $(B)/shape_%_nvcc: tests/compile/cuda_shape.c $(HDR) $(B)/cuda-shapes/stamp
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) -x cu -DSHAPE_VERSION=$(call shape_num,$*) -I$(B)/cuda-shapes/$*/include $< -o $@
 
 # ---- examples and the demo
 $(B)/demo: examples/demo.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/record_files: examples/record_files.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/images_tar: examples/images_tar.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/llmc_tokens: examples/llmc_tokens.cu $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) -x c $< -o $@ -lpthread
 $(B)/llmc_tokens_sim: examples/llmc_tokens.cu $(HDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $(SIM) -x c $< -x none $(SIMSRC) -o $@ -lpthread
 $(B)/llmc_tokens_cuda: examples/llmc_tokens.cu $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) $< -o $@
 $(B)/quickstart: examples/quickstart.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/quickstart_cuda: examples/quickstart.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(NVCC) $(NVFLAGS) $(GPU_ARCH) -x cu $< -o $@
 $(B)/varlen: examples/varlen.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/mnist_mlp: examples/mnist_mlp.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread -lm
 $(B)/checkpoint_resume: examples/checkpoint_resume.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/launch: tests/test_launch.c $(THDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) $(CSTD) $(TFLAGS) $< -o $@ -lpthread
 
 ifeq ($(HAVE_CUDA),1)
@@ -262,17 +262,17 @@ demo:
 
 # ---- benchmarks: the host backend here; the GPU one reports only on a GPU
 $(B)/bench: bench/bench.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 
 $(B)/peer_bench: bench/peer_bench.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/reader_bench: bench/reader_bench.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 $(B)/cold_bench: bench/cold_bench.c $(HDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CC) -O2 $(CSTD) $(WARN) $< -o $@ -lpthread
 
 bench:
@@ -309,11 +309,11 @@ gpu-check:
 # ---- fuzzing: new inputs land in build/fuzz-corpus, crashes in build/
 FUZZ_TIME ?= 120
 $(B)/fuzz: tests/fuzz.c $(HDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CLANG) $(CSTD) -O1 -g $(WARN) -fsanitize=fuzzer,address,undefined -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
 
 $(B)/fuzz_token: tests/fuzz_token.c $(HDR) $(SIMSRC) $(SIMHDR)
-	@rm -f $@
+	@mkdir -p $(@D); rm -f $@
 	$(CLANG) $(CSTD) -O1 -g $(WARN) -fsanitize=fuzzer,address,undefined -DPREFETCH_CUDA -Itests/sim $< $(SIMSRC) -o $@ -lpthread
 
 fuzz-token: $(B)/fuzz_token
@@ -343,6 +343,7 @@ LINT_POSIX  := -D_POSIX_C_SOURCE=200809L
 TIDY_CHECKS := -*,bugprone-*,concurrency-*,clang-analyzer-*,-clang-analyzer-security.insecureAPI.DeprecatedOrUnsafeBufferHandling,-bugprone-easily-swappable-parameters,-clang-analyzer-optin.performance.Padding
 
 lint: $(B)/core_gcc
+	@mkdir -p $(B)
 	@printf '#define PREFETCH_IMPLEMENTATION\n#include "prefetch.h"\n' > $(B)/lint_host.c
 	@printf '#define PREFETCH_CUDA\n#define PREFETCH_IMPLEMENTATION\n#include "prefetch.h"\n' > $(B)/lint_cuda.c
 	@printf '/* linted with -D_POSIX_C_SOURCE=200809L: the readers (pread, open, fstat) */\n#define PREFETCH_IMPLEMENTATION\n#include "prefetch.h"\n' > $(B)/lint_posix.c

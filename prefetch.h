@@ -1215,92 +1215,8 @@ typedef struct pf__error {
     char msg[PF__MSG_SIZE];
 } pf__error;
 
-#ifdef PREFETCH_CUDA
-enum { PF__ITEM_BATCH, PF__ITEM_EPOCH_END, PF__ITEM_DATA_END, PF__ITEM_ERROR };
-typedef struct pf__item {
-    int kind;
-    uint32_t slot;
-    uint64_t n; /* EPOCH_END: the ended epoch's samples (its plan is gone) */
-} pf__item;
-
-typedef struct pf__dslot {
-    pf__desc b;
-    uint64_t ticket;
-    uint64_t seq;  /* the batch's place in staging order (from 1)       */
-    bool landed;   /* the retirer saw this seq's copy complete          */
-    bool marked;   /* delivered before it landed: timing marks around the
-                      consumer stream's wait for it (pf__cuda_consume) */
-    int state; /* PF__SLOT_FREE, READY (queued), HELD, WRITTEN_OFF */
-} pf__dslot;
-
-/* A copy in flight: host slot h into device slot d, of the seq-th batch
-   staged. */
-typedef struct pf__flight {
-    uint32_t h, d;
-    uint64_t seq;
-} pf__flight;
-
-/* Driver functions, reached through the runtime's entry-point lookup so
-   nothing links libcuda (see pf__driver_fn): CUresult is an int-sized enum,
-   CUcontext a pointer, CUdevice an int. */
-typedef int (*pf__ctx_get_fn)(void **ctx);         /* cuCtxGetCurrent          */
-typedef int (*pf__ctx_set_fn)(void *ctx);          /* cuCtxSetCurrent          */
-typedef int (*pf__ctx_push_fn)(void *ctx);         /* cuCtxPushCurrent         */
-typedef int (*pf__ctx_pop_fn)(void **ctx);         /* cuCtxPopCurrent          */
-typedef int (*pf__dev_get_fn)(int *dev, int ordinal); /* cuDeviceGet           */
-typedef int (*pf__primary_retain_fn)(void **ctx, int dev); /* cuDevicePrimaryCtxRetain */
-typedef int (*pf__primary_release_fn)(int dev);    /* cuDevicePrimaryCtxRelease */
-
-/* What the calling thread had current before a library call. */
-typedef struct pf__ctx_saved {
-    bool pushed; /* the primary context was pushed: pop it  */
-    int device;  /* -1: unknown                             */
-    bool none;   /* no context was current at all           */
-} pf__ctx_saved;
-
-typedef struct pf__cuda {
-    int device;
-    cudaStream_t consumer, copy; /* copy and the events below: NULL until created */
-    unsigned char *pinned, *dev;
-    cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
-    cudaEvent_t *hdone;             /* behind batch seq's copy, at seq % nhdone
-                                       (copies in flight are consecutive seqs,
-                                       at most host_slots of them): the
-                                       retirer sleeps on it; timed, it is also
-                                       the copy's end for the verdict, so it
-                                       outlives the copy for a while          */
-    uint32_t nhdone;                /* 2 * host_slots + device_slots          */
-    cudaEvent_t *reached, *fed;     /* the verdict's marks, batch seq's at
-                                       seq % host_slots: recorded on the consumer
-                                       stream as pf_next hands it out, before
-                                       and after its wait for the copy          */
-    uint64_t *mark_seq;             /* the seq each pair holds; 0 none          */
-    uint64_t *hdone_seq;            /* the seq each hdone was last recorded
-                                       behind; 0 none                           */
-    cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
-    void *primary;                  /* cfg.cuda_device's primary context,
-                                       retained in pf_create; NULL: the
-                                       fallback (pf__cuda_enter)              */
-    int cudev;                      /* its CUdevice                           */
-    pf__ctx_push_fn ctx_push;
-    pf__ctx_pop_fn ctx_pop;
-    pf__primary_release_fn primary_release;
-    pf__ctx_get_fn ctx_get;         /* the fallback's: both or neither        */
-    pf__ctx_set_fn ctx_set;
-    pf__dslot *dslots;
-    uint32_t *dfree;            /* FIFO: the longest-released slot is reused first */
-    uint32_t dfree_head, dfree_count;
-    pf__item *fifo;             /* staged batches and markers, in delivery order   */
-    uint32_t fifo_cap, fifo_head, fifo_count;
-    pf__flight *flights;        /* copies in flight, in copy-stream order          */
-    uint32_t flight_head, flight_count;
-    uint32_t held;
-    uint64_t staged;            /* batches staged so far: the next one's seq - 1   */
-    int64_t last_released;      /* device slot, for fault checks at a wait; -1 none */
-    pf__thread stager, retirer;
-    bool stager_started, retirer_started, stager_done;
-} pf__cuda;
-#endif
+/* The CUDA backend's state and its types live in >>backend cuda. */
+typedef struct pf__cuda pf__cuda;
 
 /* The loader's state, in parts named for what they hold. Who may touch
    each part, and under which lock, is listed in THREADING MODEL (top of
@@ -1315,8 +1231,6 @@ typedef struct pf__sync {
     pf__mutex mu;
     pf__cond cv[PF__ROLES];
     uint32_t waiting[PF__ROLES];
-    int taker;       /* the role that takes loaded batches: the consumer
-                        (host backend) or the stager (CUDA)                */
     unsigned wake;   /* wakes owed once the lock drops                     */
     bool mu_ok;
     uint32_t cv_ok;  /* how many of cv[] were initialised                  */
@@ -1433,10 +1347,6 @@ typedef struct pf__counters {
     uint64_t wait_since;
 } pf__counters;
 
-/* The backend interface: each backend fills one table (pf__host_ops at
-   the end of >>backend host, pf__cuda_ops at the end of >>backend cuda),
-   pf_create picks one, and shared code calls through l->ops, never asking
-   which backend it is on. NULL: nothing to do on this backend. */
 /* Bookkeeping is one allocation: the loader, then its arrays. One place to
    fail, one to free. */
 typedef struct pf__layout {
@@ -1453,33 +1363,43 @@ static size_t pf__reserve(pf__layout *lay, size_t count, size_t elem) {
     return off;
 }
 
+/* The backend interface: each backend fills one table (pf__host_ops at
+   the end of >>backend host, pf__cuda_ops at the end of >>backend cuda),
+   pf_create picks one (pf__choose_gpu), and shared code calls through
+   l->ops, never asking which backend it is on. An entry not marked
+   required may be NULL: nothing to do on that backend. */
+#define PF__BACKEND_OFFSETS 12 /* the most arrays a backend reserves in the block */
 typedef struct pf__backend_ops {
     pf_backend backend;
-    int taker; /* the role that takes loaded batches (PF__ROLE_*) */
-    /* pf_create: reserve the backend's bookkeeping in the loader's one
-       block (off: its offsets, up to 8), then point into it */
+    int taker;        /* the role that takes loaded batches (PF__ROLE_*)  */
+    uint32_t helpers; /* threads of its own beside the workers          */
+    /* batches it holds beyond the host slots (CUDA: the device slots);
+       each gets indices and sample lists after the host slots' */
+    uint32_t (*extra_slots)(const pf_config *c);
+    /* pf_create: reserve the backend's state and arrays in the loader's
+       one block (off: up to PF__BACKEND_OFFSETS offsets), then point
+       l->cu (or its own) into it */
     void (*reserve)(pf__layout *lay, const pf_config *c, uint32_t nslots, uint32_t plan_cap, size_t *off);
     void (*place)(pf_loader *l, unsigned char *base, const size_t *off);
-    pf_result (*alloc_slots)(pf_loader *l, char *why, size_t n);
-    bool (*grow_slots)(pf_loader *l, uint32_t from, uint32_t to); /* autotune */
+    pf_result (*alloc_slots)(pf_loader *l, char *why, size_t n); /* required */
+    bool (*grow_slots)(pf_loader *l, uint32_t from, uint32_t to); /* required: autotune */
     pf_result (*start_helpers)(pf_loader *l, char *why, size_t n);
     void (*bind_thread)(pf_loader *l); /* each worker, as it starts */
-    /* the public calls */
+    /* the public calls: required */
     pf_result (*next)(pf_loader *l, pf_batch *out);
     pf_result (*release)(pf_loader *l, pf_batch *b);
     pf_result (*batch_wait)(pf_loader *l, const pf_batch *b);
-    void (*stats)(pf_loader *l, pf_stats *out);
-    /* the consumer's epoch size when its plan is gone (>>resume) */
+    void (*stats)(pf_loader *l, pf_stats *out); /* its own fields, lock held */
+    /* the consumer's epoch size once its plan is gone (>>resume) */
     bool (*staged_epoch_n)(const pf_loader *l, uint64_t *n);
     /* pf_destroy, after the workers stopped */
     void (*join_helpers)(pf_loader *l);
-    void (*free_slots)(pf_loader *l);
+    void (*free_slots)(pf_loader *l); /* required */
 } pf__backend_ops;
 
 struct pf_loader {
     pf_config cfg;      /* defaults filled in; fixed after pf_create */
-    pf_backend backend;
-    const pf__backend_ops *ops;
+    const pf__backend_ops *ops; /* its backend (ops->backend), chosen in pf_create */
     size_t stride;      /* a slot's bytes, aligned */
     pf__sync sync;
     pf__ring ring;
@@ -1491,9 +1411,7 @@ struct pf_loader {
     pf__pool pool;
     pf__tuner at;
     pf__counters st;
-#ifdef PREFETCH_CUDA
-    pf__cuda cu;
-#endif
+    pf__cuda *cu;       /* the CUDA backend's state, in the same block (>>backend cuda) */
 };
 
 /* Defined in >>samples and >>worker state, after the core. */
@@ -1786,7 +1704,7 @@ static uint32_t pf__cpu_count(void) {
 static bool pf__cpu_free(const pf_loader *l) {
     uint32_t blocked = l->sync.waiting[PF__ROLE_WORKER] + l->sync.waiting[PF__ROLE_CONSUMER] + l->sync.waiting[PF__ROLE_STAGER] +
                        l->sync.waiting[PF__ROLE_RETIRER];
-    uint32_t threads = l->at.active + 1u + (l->sync.taker == PF__ROLE_STAGER ? 2u : 0u); /* workers, a consumer, helpers */
+    uint32_t threads = l->at.active + 1u + l->ops->helpers; /* workers, a consumer, helpers */
     return !l->sync.stopping && threads <= blocked + l->sync.ncpu;
 }
 
@@ -1844,15 +1762,16 @@ static void pf__wake_all_workers(pf_loader *l) {
 }
 
 /* A loaded batch (or an end, or an error) may unblock the taker. */
-static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->sync.taker); }
+static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->ops->taker); }
 
 /* Waiting workers are woken in batches, a quarter of the ring at a time,
    unless the ring runs low or the taker is starving: one wakeup then buys
    several loads instead of one. */
 static void pf__wake_workers(pf_loader *l, bool urgent) {
+    int taker = l->ops->taker;
     if (!l->ring.nfree) return;
-    if (!urgent && l->ring.nfree < l->ring.wake_batch && l->ring.nready > l->at.active && !l->sync.waiting[l->sync.taker] &&
-        !l->sync.spinning[l->sync.taker])
+    if (!urgent && l->ring.nfree < l->ring.wake_batch && l->ring.nready > l->at.active && !l->sync.waiting[taker] &&
+        !l->sync.spinning[taker])
         return;
     pf__pulse(l, PF__ROLE_WORKER); /* spinning workers: the same hysteresis */
     if (l->sync.waiting[PF__ROLE_WORKER]) l->sync.wake |= l->ring.nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
@@ -2230,7 +2149,7 @@ static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) 
     const pf__plan *p = s->plan; /* alive: the taker has not passed batch s */
     uint64_t first = s->b.batch * l->cfg.batch_size;
     uint32_t i;
-    PF_ASSERT(p && p->epoch == s->b.epoch);
+    PF_ASSERT(p->epoch == s->b.epoch); /* planned before it was claimed: never NULL */
     s->b.count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
     for (i = 0; i < s->b.count; i++) s->b.indices[i] = pf__plan_index(p, &l->cfg, first + i);
     s->b.rng = pf__job_rng(&l->cfg, s->b.epoch, s->b.batch);
@@ -2657,11 +2576,102 @@ static void pf__free_slots_host(pf_loader *l) {
    its own, no helper threads, nothing to bind a worker to, and it keeps a
    plan until the consumer passes its end (staged_epoch_n). */
 static const pf__backend_ops pf__host_ops = {
-    PF_BACKEND_HOST, PF__ROLE_CONSUMER, NULL, NULL, pf__alloc_slots_host, pf__grow_slots_host, NULL, NULL,
-    pf__next_host, pf__release_host, pf__batch_wait_host, NULL, NULL, NULL, pf__free_slots_host};
+    /* backend, taker, helpers */ PF_BACKEND_HOST, PF__ROLE_CONSUMER, 0,
+    /* extra_slots */ NULL,
+    /* reserve, place */ NULL, NULL,
+    /* alloc_slots, grow_slots */ pf__alloc_slots_host, pf__grow_slots_host,
+    /* start_helpers, bind_thread */ NULL, NULL,
+    /* next, release, batch_wait */ pf__next_host, pf__release_host, pf__batch_wait_host,
+    /* stats, staged_epoch_n */ NULL, NULL,
+    /* join_helpers, free_slots */ NULL, pf__free_slots_host};
 
 /* >>backend cuda ---------------------------------------------------------- */
 #ifdef PREFETCH_CUDA
+enum { PF__ITEM_BATCH, PF__ITEM_EPOCH_END, PF__ITEM_DATA_END, PF__ITEM_ERROR };
+typedef struct pf__item {
+    int kind;
+    uint32_t slot;
+    uint64_t n; /* EPOCH_END: the ended epoch's samples (its plan is gone) */
+} pf__item;
+
+typedef struct pf__dslot {
+    pf__desc b;
+    uint64_t ticket;
+    uint64_t seq;  /* the batch's place in staging order (from 1)       */
+    bool landed;   /* the retirer saw this seq's copy complete          */
+    bool marked;   /* delivered before it landed: timing marks around the
+                      consumer stream's wait for it (pf__cuda_consume) */
+    int state; /* PF__SLOT_FREE, READY (queued), HELD, WRITTEN_OFF */
+} pf__dslot;
+
+/* A copy in flight: host slot h into device slot d, of the seq-th batch
+   staged. */
+typedef struct pf__flight {
+    uint32_t h, d;
+    uint64_t seq;
+} pf__flight;
+
+/* Driver functions, reached through the runtime's entry-point lookup so
+   nothing links libcuda (see pf__driver_fn): CUresult is an int-sized enum,
+   CUcontext a pointer, CUdevice an int. */
+typedef int (*pf__ctx_get_fn)(void **ctx);         /* cuCtxGetCurrent          */
+typedef int (*pf__ctx_set_fn)(void *ctx);          /* cuCtxSetCurrent          */
+typedef int (*pf__ctx_push_fn)(void *ctx);         /* cuCtxPushCurrent         */
+typedef int (*pf__ctx_pop_fn)(void **ctx);         /* cuCtxPopCurrent          */
+typedef int (*pf__dev_get_fn)(int *dev, int ordinal); /* cuDeviceGet           */
+typedef int (*pf__primary_retain_fn)(void **ctx, int dev); /* cuDevicePrimaryCtxRetain */
+typedef int (*pf__primary_release_fn)(int dev);    /* cuDevicePrimaryCtxRelease */
+
+/* What the calling thread had current before a library call. */
+typedef struct pf__ctx_saved {
+    bool pushed; /* the primary context was pushed: pop it  */
+    int device;  /* -1: unknown                             */
+    bool none;   /* no context was current at all           */
+} pf__ctx_saved;
+
+struct pf__cuda {
+    int device;
+    cudaStream_t consumer, copy; /* copy and the events below: NULL until created */
+    unsigned char *pinned, *dev;
+    cudaEvent_t *copied, *released; /* per device slot; GPU-side waits only   */
+    cudaEvent_t *hdone;             /* behind batch seq's copy, at seq % nhdone
+                                       (copies in flight are consecutive seqs,
+                                       at most host_slots of them): the
+                                       retirer sleeps on it; timed, it is also
+                                       the copy's end for the verdict, so it
+                                       outlives the copy for a while          */
+    uint32_t nhdone;                /* 2 * host_slots + device_slots          */
+    cudaEvent_t *reached, *fed;     /* the verdict's marks, batch seq's at
+                                       seq % host_slots: recorded on the consumer
+                                       stream as pf_next hands it out, before
+                                       and after its wait for the copy          */
+    uint64_t *mark_seq;             /* the seq each pair holds; 0 none          */
+    uint64_t *hdone_seq;            /* the seq each hdone was last recorded
+                                       behind; 0 none                           */
+    cudaEvent_t drain;              /* destroy: the consumer stream passed us  */
+    void *primary;                  /* cfg.cuda_device's primary context,
+                                       retained in pf_create; NULL: the
+                                       fallback (pf__cuda_enter)              */
+    int cudev;                      /* its CUdevice                           */
+    pf__ctx_push_fn ctx_push;
+    pf__ctx_pop_fn ctx_pop;
+    pf__primary_release_fn primary_release;
+    pf__ctx_get_fn ctx_get;         /* the fallback's: both or neither        */
+    pf__ctx_set_fn ctx_set;
+    pf__dslot *dslots;
+    uint32_t *dfree;            /* FIFO: the longest-released slot is reused first */
+    uint32_t dfree_head, dfree_count;
+    pf__item *fifo;             /* staged batches and markers, in delivery order   */
+    uint32_t fifo_cap, fifo_head, fifo_count;
+    pf__flight *flights;        /* copies in flight, in copy-stream order          */
+    uint32_t flight_head, flight_count;
+    uint32_t held;
+    uint64_t staged;            /* batches staged so far: the next one's seq - 1   */
+    int64_t last_released;      /* device slot, for fault checks at a wait; -1 none */
+    pf__thread stager, retirer;
+    bool stager_started, retirer_started, stager_done;
+};
+
 /* Every answer of the runtime that means "there is no GPU to use here",
    including a device in exclusive-process mode that another process holds
    (cudaErrorDevicesUnavailable, from cudaSetDevice). */
@@ -2772,27 +2782,27 @@ static cudaError_t pf__cuda_enter(pf_loader *l, pf__ctx_saved *sv) {
     sv->pushed = false;
     sv->none = false;
     sv->device = -1;
-    if (l->cu.primary && l->cu.ctx_push(l->cu.primary) == 0) {
+    if (l->cu->primary && l->cu->ctx_push(l->cu->primary) == 0) {
         sv->pushed = true;
         return cudaSuccess;
     }
-    if (l->cu.ctx_get && l->cu.ctx_get(&ctx) == 0 && !ctx) sv->none = true;
+    if (l->cu->ctx_get && l->cu->ctx_get(&ctx) == 0 && !ctx) sv->none = true;
     else if (cudaGetDevice(&sv->device) != cudaSuccess) sv->device = -1;
     /* already there (the usual training thread): nothing to switch */
-    return sv->device == l->cu.device ? cudaSuccess : cudaSetDevice(l->cu.device);
+    return sv->device == l->cu->device ? cudaSuccess : cudaSetDevice(l->cu->device);
 }
 static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
     void *popped = NULL;
-    if (sv->pushed) (void)l->cu.ctx_pop(&popped); /* the caller's stack as it was */
-    else if (sv->none) (void)l->cu.ctx_set(NULL); /* as found: no context current */
-    else if (sv->device >= 0 && sv->device != l->cu.device) (void)cudaSetDevice(sv->device);
+    if (sv->pushed) (void)l->cu->ctx_pop(&popped); /* the caller's stack as it was */
+    else if (sv->none) (void)l->cu->ctx_set(NULL); /* as found: no context current */
+    else if (sv->device >= 0 && sv->device != l->cu->device) (void)cudaSetDevice(sv->device);
 }
 
 /* The library's own threads (workers, stager, retirer) live on its device. */
 static void pf__bind_thread_cuda(pf_loader *l) {
-    cudaError_t e = cudaSetDevice(l->cu.device);
+    cudaError_t e = cudaSetDevice(l->cu->device);
     if (e != cudaSuccess)
-        pf__log(&l->cfg, PF_LOG_WARN, "worker thread: cudaSetDevice(%d) failed: %s", l->cu.device,
+        pf__log(&l->cfg, PF_LOG_WARN, "worker thread: cudaSetDevice(%d) failed: %s", l->cu->device,
                 cudaGetErrorString(e));
 }
 
@@ -2856,7 +2866,7 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    end (one timed event per batch, where an extra mark would be a second
    record). */
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     size_t host_bytes = (size_t)l->ring.nalloc * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
                    timed = cudaEventDefault, timed_wait = cudaEventBlockingSync;
@@ -2928,7 +2938,7 @@ done:
       destroy with batches held is fine on both backends.
    3. Destroy the events and the stream, free both blocks. */
 static void pf__cuda_destroy(pf_loader *l) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     pf__ctx_saved sv;
     uint32_t d;
     /* a pending error of the caller's is theirs to read: clear only ours */
@@ -2958,7 +2968,7 @@ static void pf__cuda_destroy(pf_loader *l) {
 }
 
 static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     pf__item *it = &cu->fifo[(cu->fifo_head + cu->fifo_count++) % cu->fifo_cap];
     it->kind = kind;
     it->slot = slot;
@@ -2973,7 +2983,7 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
    write pf_error's text (lock held, any thread). */
 static void pf__cuda_fatal(pf_loader *l, int by, const char *msg) {
     pf__set_error(l, PF_ERR_CUDA, by, true, l->cons.epoch, l->cons.batch, "%s", msg);
-    l->cu.stager_done = true;
+    l->cu->stager_done = true;
     pf__wake(l, PF__ROLE_CONSUMER);
     pf__wake(l, PF__ROLE_STAGER);
     pf__wake(l, PF__ROLE_RETIRER);
@@ -2999,7 +3009,7 @@ static void pf__cuda_consumer_failed(pf_loader *l, const char *fn, const char *c
    copies run back to back. No lock held. */
 static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, uint64_t seq, char *why,
                           size_t n) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     uint32_t k = (uint32_t)(seq % cu->nhdone);
     cudaError_t e;
     char what[PF__MSG_SIZE];
@@ -3024,11 +3034,11 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, u
    cannot, the pipeline stops with that call named. Returns with the lock
    held. */
 static void pf__helper_begin(pf_loader *l, int by, const char *who, char *logmsg, size_t n) {
-    cudaError_t e = cudaSetDevice(l->cu.device);
+    cudaError_t e = cudaSetDevice(l->cu->device);
     pf__lock(&l->sync.mu);
     if (e != cudaSuccess) {
         char what[64];
-        pf__format(what, sizeof what, "%s: cudaSetDevice(%d)", who, l->cu.device);
+        pf__format(what, sizeof what, "%s: cudaSetDevice(%d)", who, l->cu->device);
         pf__cuda_msg(logmsg, n, what, e);
         pf__cuda_fatal(l, by, logmsg);
     }
@@ -3039,7 +3049,7 @@ static void pf__helper_begin(pf_loader *l, int by, const char *who, char *logmsg
    pipeline's error). Returns the slot, now STAGING, or NULL: look again
    (it waited, or pushed a marker). Lock held. */
 static pf__slot *pf__stager_take(pf_loader *l, char *logmsg, size_t n) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     pf__slot *s = NULL;
     int r;
     if (cu->fifo_count == cu->fifo_cap) {
@@ -3072,7 +3082,7 @@ static pf__slot *pf__stager_take(pf_loader *l, char *logmsg, size_t n) {
    pf_next and its flight for the retirer. false: stopping, or the copy
    failed (logmsg says why). Lock held. */
 static bool pf__stager_stage(pf_loader *l, pf__slot *s, char *logmsg, size_t n) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     pf__dslot *ds;
     pf__flight *f;
     uint32_t d;
@@ -3121,7 +3131,7 @@ static PF__THREAD_FN pf__stager_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
     char logmsg[PF__MSG_SIZE] = "";
     pf__helper_begin(l, PF__BY_STAGER, "stager", logmsg, sizeof logmsg);
-    while (!l->sync.stopping && !l->cu.stager_done) {
+    while (!l->sync.stopping && !l->cu->stager_done) {
         pf__slot *s = pf__stager_take(l, logmsg, sizeof logmsg);
         if (s && !pf__stager_stage(l, s, logmsg, sizeof logmsg)) break;
     }
@@ -3166,7 +3176,7 @@ static cudaError_t pf__retire_wait(pf_loader *l, cudaEvent_t ev) {
    where a host function would simply never run. */
 static PF__THREAD_FN pf__retire_main(void *arg) {
     pf_loader *l = (pf_loader *)arg;
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     char logmsg[PF__MSG_SIZE] = "";
     cudaError_t e;
     pf__helper_begin(l, PF__BY_RETIRER, "retirer", logmsg, sizeof logmsg);
@@ -3243,7 +3253,7 @@ static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) 
    latest release is also how a device fault is noticed while a load is
    stuck and no copy is in flight. Lock held. */
 static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     pf__wait_on on = {PF__WAIT_COPY, cu->flight_count ? cu->flights[cu->flight_head].seq : 0};
     uint32_t i;
     for (i = 0; on.seq && i < l->ring.nslots; i++)
@@ -3271,7 +3281,7 @@ static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
      released last. Complete: the GPU sat idle while the batch loaded
      (input-bound). */
 static int pf__cuda_settle(pf_loader *l, const pf__wait_on *on) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     uint32_t m = (uint32_t)(on->seq % l->ring.nslots), k = (uint32_t)(on->seq % cu->nhdone);
     double us = PF__US_UNKNOWN, copy_us = PF__US_UNKNOWN;
     if (on->kind == PF__WAIT_COPY && cu->mark_seq[m] == on->seq) {
@@ -3299,7 +3309,7 @@ static int pf__cuda_settle(pf_loader *l, const pf__wait_on *on) {
 }
 
 static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     bool timed_out = false;
     pf__wait_on on = {-1, 0};
     for (;;) {
@@ -3342,7 +3352,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
     }
 }
 
-static uint64_t pf__device_ticket(pf_loader *l, uint32_t slot) { return l->cu.dslots[slot].ticket; }
+static uint64_t pf__device_ticket(pf_loader *l, uint32_t slot) { return l->cu->dslots[slot].ticket; }
 
 /* The consumer stream waits for the copy on the GPU; the host goes on. If
    that fails the batch is not handed out: it is taken back, *out is zeroed
@@ -3350,9 +3360,9 @@ static uint64_t pf__device_ticket(pf_loader *l, uint32_t slot) { return l->cu.ds
 static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
     const char *call = "cudaSetDevice";
     pf__ctx_saved sv;
-    uint64_t seq = l->cu.dslots[b->pf__slot].seq; /* fixed while the caller holds the batch */
+    uint64_t seq = l->cu->dslots[b->pf__slot].seq; /* fixed while the caller holds the batch */
     uint32_t k = (uint32_t)(seq % l->ring.nslots);
-    bool marked = l->cu.dslots[b->pf__slot].marked;
+    bool marked = l->cu->dslots[b->pf__slot].marked;
     cudaError_t e = pf__cuda_enter(l, &sv);
     /* the marks: the consumer stream reached this batch, then its copy had
        landed too; the GPU time between them is the stream's wait for it.
@@ -3361,26 +3371,26 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
        stays: it costs 0.3 us and is how pf_next hears of a device fault. */
     if (e == cudaSuccess && marked) {
         call = "cudaEventRecord(reached, consumer stream)";
-        e = cudaEventRecord(l->cu.reached[k], l->cu.consumer);
+        e = cudaEventRecord(l->cu->reached[k], l->cu->consumer);
     }
     if (e == cudaSuccess) {
         call = "cudaStreamWaitEvent(consumer stream, copied)";
-        e = cudaStreamWaitEvent(l->cu.consumer, l->cu.copied[b->pf__slot], 0);
+        e = cudaStreamWaitEvent(l->cu->consumer, l->cu->copied[b->pf__slot], 0);
     }
     if (e == cudaSuccess && marked) {
         call = "cudaEventRecord(fed, consumer stream)";
-        e = cudaEventRecord(l->cu.fed[k], l->cu.consumer);
+        e = cudaEventRecord(l->cu->fed[k], l->cu->consumer);
     }
     pf__cuda_leave(l, &sv);
     if (e != cudaSuccess) {
         char m[PF__MSG_SIZE];
-        pf__dslot *ds = &l->cu.dslots[b->pf__slot];
+        pf__dslot *ds = &l->cu->dslots[b->pf__slot];
         pf__lock(&l->sync.mu);
         pf__cuda_consumer_failed(l, "pf_next", call, e, m, sizeof m);
         pf__fail(l, PF_ERR_CUDA, "%s", m);
         pf__move(&ds->state, PF__FROM(PF__SLOT_HELD), PF__SLOT_WRITTEN_OFF); /* the pipeline is stopped */
         ds->ticket = 0;
-        l->cu.held--;
+        l->cu->held--;
         pf__unlock_wake(l);
         memset(b, 0, sizeof *b);
         pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
@@ -3403,7 +3413,7 @@ static pf_result pf__next_cuda(pf_loader *l, pf_batch *out) {
    itself stuck with every slot held); d reaches the stager only after the
    record. */
 static pf_result pf__release_cuda(pf_loader *l, pf_batch *b) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu;
     uint32_t d;
     pf__ctx_saved sv;
     const char *call = "cudaSetDevice";
@@ -3454,7 +3464,7 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->sync.mu);
     r = pf__check_batch(l, b, "pf_batch_wait", l->cfg.device_slots, pf__device_ticket);
-    while (r == PF_OK && !l->cu.dslots[b->pf__slot].landed) {
+    while (r == PF_OK && !l->cu->dslots[b->pf__slot].landed) {
         if (pf__error_due(l)) {
             r = pf__fail(l, (pf_result)l->error.code, "pf_batch_wait: %s", l->error.msg);
             break;
@@ -3475,7 +3485,7 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
    it is staged, so the first item of it in the FIFO says its size (an
    epoch of no batches: its end marker). Lock held. */
 static bool pf__staged_epoch_n_cuda(const pf_loader *l, uint64_t *n) {
-    const pf__cuda *cu = &l->cu;
+    const pf__cuda *cu = l->cu;
     uint32_t i;
     for (i = 0; i < cu->fifo_count; i++) {
         const pf__item *it = &cu->fifo[(cu->fifo_head + i) % cu->fifo_cap];
@@ -3491,12 +3501,11 @@ static void pf__stats_cuda(pf_loader *l, pf_stats *out) { /* lock held */
     uint32_t i;
     out->device_slots = l->cfg.device_slots;
     for (i = 0; i < l->cfg.device_slots; i++) {
-        out->device_ready += l->cu.dslots[i].state == PF__SLOT_READY;
-        out->device_held += l->cu.dslots[i].state == PF__SLOT_HELD;
+        out->device_ready += l->cu->dslots[i].state == PF__SLOT_READY;
+        out->device_held += l->cu->dslots[i].state == PF__SLOT_HELD;
     }
 }
 
-static pf_result pf__alloc_slots_cuda(pf_loader *l, char *why, size_t n) { return pf__cuda_create(l, why, n); }
 
 /* Autotune grew the ring: pinned memory for slots from .. to-1, one more
    block (called without the lock, on the consumer's thread: its CUDA state
@@ -3514,34 +3523,36 @@ static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to) {
     for (i = from; i < to; i++) l->ring.slots[i].data = p + (size_t)(i - from) * l->stride;
     return true;
 }
-static void pf__free_slots_cuda(pf_loader *l) { pf__cuda_destroy(l); }
 
 static pf_result pf__start_helpers_cuda(pf_loader *l, char *why, size_t n) {
-    if (PF__THREAD_START(&l->cu.stager, pf__stager_main, l) != 0) {
+    if (PF__THREAD_START(&l->cu->stager, pf__stager_main, l) != 0) {
         pf__format(why, n, "pf_create: could not start the stager thread");
         return PF_ERR_THREAD;
     }
-    l->cu.stager_started = true;
-    if (PF__THREAD_START(&l->cu.retirer, pf__retire_main, l) != 0) {
+    l->cu->stager_started = true;
+    if (PF__THREAD_START(&l->cu->retirer, pf__retire_main, l) != 0) {
         pf__format(why, n, "pf_create: could not start the retirer thread");
         return PF_ERR_THREAD;
     }
-    l->cu.retirer_started = true;
+    l->cu->retirer_started = true;
     return PF_OK;
 }
 
 static void pf__join_helpers_cuda(pf_loader *l) {
-    if (l->cu.stager_started) pf__thread_join(l->cu.stager);
-    if (l->cu.retirer_started) pf__thread_join(l->cu.retirer);
+    if (l->cu->stager_started) pf__thread_join(l->cu->stager);
+    if (l->cu->retirer_started) pf__thread_join(l->cu->retirer);
 }
 
 /* The CUDA backend's bookkeeping, in the loader's one block: device
    slots, their free list, the staged FIFO, the events and the flights. */
-enum { PF__OFF_DSLOTS, PF__OFF_DFREE, PF__OFF_ITEMS, PF__OFF_COPIED, PF__OFF_RELEASED, PF__OFF_EVENTS,
-       PF__OFF_MARKSEQ, PF__OFF_FLIGHTS };
+enum { PF__OFF_STATE, PF__OFF_DSLOTS, PF__OFF_DFREE, PF__OFF_ITEMS, PF__OFF_COPIED, PF__OFF_RELEASED,
+       PF__OFF_EVENTS, PF__OFF_MARKSEQ, PF__OFF_FLIGHTS, PF__OFF_COUNT };
+typedef char pf__off_fits[PF__OFF_COUNT <= PF__BACKEND_OFFSETS ? 1 : -1]; /* pf__build's o_backend */
+static uint32_t pf__extra_slots_cuda(const pf_config *c) { return c->device_slots; }
 static uint32_t pf__fifo_cap(const pf_config *c, uint32_t plan_cap) { return c->device_slots + plan_cap + 2; }
 static void pf__reserve_cuda(pf__layout *lay, const pf_config *c, uint32_t nslots, uint32_t plan_cap, size_t *off) {
     uint32_t dslots = c->device_slots;
+    off[PF__OFF_STATE] = pf__reserve(lay, 1, sizeof(pf__cuda));
     off[PF__OFF_DSLOTS] = pf__reserve(lay, dslots, sizeof(pf__dslot));
     off[PF__OFF_DFREE] = pf__reserve(lay, dslots, sizeof(uint32_t));
     off[PF__OFF_ITEMS] = pf__reserve(lay, pf__fifo_cap(c, plan_cap), sizeof(pf__item));
@@ -3552,7 +3563,7 @@ static void pf__reserve_cuda(pf__layout *lay, const pf_config *c, uint32_t nslot
     off[PF__OFF_FLIGHTS] = pf__reserve(lay, nslots, sizeof(pf__flight));
 }
 static void pf__place_cuda(pf_loader *l, unsigned char *base, const size_t *off) {
-    pf__cuda *cu = &l->cu;
+    pf__cuda *cu = l->cu = (pf__cuda *)(base + off[PF__OFF_STATE]);
     uint32_t i, nslots = l->ring.nslots, dslots = l->cfg.device_slots;
     cu->dslots = (pf__dslot *)(base + off[PF__OFF_DSLOTS]);
     cu->dfree = (uint32_t *)(base + off[PF__OFF_DFREE]);
@@ -3576,9 +3587,14 @@ static void pf__place_cuda(pf_loader *l, unsigned char *base, const size_t *off)
 }
 
 static const pf__backend_ops pf__cuda_ops = {
-    PF_BACKEND_CUDA, PF__ROLE_STAGER, pf__reserve_cuda, pf__place_cuda, pf__alloc_slots_cuda, pf__grow_slots_cuda,
-    pf__start_helpers_cuda, pf__bind_thread_cuda, pf__next_cuda, pf__release_cuda, pf__batch_wait_cuda,
-    pf__stats_cuda, pf__staged_epoch_n_cuda, pf__join_helpers_cuda, pf__free_slots_cuda};
+    /* backend, taker, helpers */ PF_BACKEND_CUDA, PF__ROLE_STAGER, 2,
+    /* extra_slots */ pf__extra_slots_cuda,
+    /* reserve, place */ pf__reserve_cuda, pf__place_cuda,
+    /* alloc_slots, grow_slots */ pf__cuda_create, pf__grow_slots_cuda,
+    /* start_helpers, bind_thread */ pf__start_helpers_cuda, pf__bind_thread_cuda,
+    /* next, release, batch_wait */ pf__next_cuda, pf__release_cuda, pf__batch_wait_cuda,
+    /* stats, staged_epoch_n */ pf__stats_cuda, pf__staged_epoch_n_cuda,
+    /* join_helpers, free_slots */ pf__join_helpers_cuda, pf__cuda_destroy};
 
 /* Which backend a config gets, when it did not ask for the host: *ops the
    CUDA backend, or PF__USE_HOST (DEFAULT found no usable GPU; why says
@@ -4101,9 +4117,9 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
                            char *why, size_t n) {
     pf__layout lay = {0, false};
     size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples, o_grown;
-    size_t o_backend[8] = {0};
+    size_t o_backend[PF__BACKEND_OFFSETS] = {0};
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
-    uint32_t dslots = ops->backend == PF_BACKEND_CUDA ? c->device_slots : 0;
+    uint32_t dslots = ops->extra_slots ? ops->extra_slots(c) : 0;
     /* unordered: the lead cap and done set span what this backend can have
        in flight (a host slot or a device slot each), or the token's done
        list if it reaches further (it was written with more slots) */
@@ -4142,9 +4158,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     memset(base, 0, lay.size);
     l = (pf_loader *)base;
     l->cfg = *c;
-    l->backend = ops->backend;
     l->ops = ops;
-    l->sync.taker = ops->taker;
     l->stride = stride;
     l->ring.nslots = nslots;
     l->claim.plan_cap = plan_cap;
@@ -4294,13 +4308,13 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         return r;
     }
     pf__log(&c, PF_LOG_INFO, "created: %s backend, %u workers, %u host slots%s of %llu bytes",
-            l->backend == PF_BACKEND_CUDA ? "CUDA" : "host", (unsigned)c.num_workers, (unsigned)c.host_slots,
-            l->backend == PF_BACKEND_CUDA ? " (pinned)" : "", (unsigned long long)l->stride);
+            l->ops->backend == PF_BACKEND_CUDA ? "CUDA" : "host", (unsigned)c.num_workers, (unsigned)c.host_slots,
+            l->ops->backend == PF_BACKEND_CUDA ? " (pinned)" : "", (unsigned long long)l->stride);
     *out = l;
     return PF_OK;
 }
 
-PF_API pf_backend pf_get_backend(const pf_loader *l) { return l ? l->backend : PF_BACKEND_DEFAULT; }
+PF_API pf_backend pf_get_backend(const pf_loader *l) { return l ? l->ops->backend : PF_BACKEND_DEFAULT; }
 
 PF_API void pf_destroy(pf_loader *l) {
     if (l) pf__teardown(l);
@@ -4382,7 +4396,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
         return;
     }
     pf__lock(&l->sync.mu);
-    out->backend = l->backend;
+    out->backend = l->ops->backend;
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->at.active;
     out->skipped = l->st.skipped;

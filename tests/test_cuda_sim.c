@@ -65,7 +65,7 @@ static cudaError_t mut_set_device(int d);
 static int is_hdone(cudaEvent_t e) {
     if (!mutant_loader) return 0;
     for (uint32_t h = 0; h < mutant_loader->ring.nslots; h++)
-        if (mutant_loader->cu.hdone[h] == e) return 1;
+        if (mutant_loader->cu->hdone[h] == e) return 1;
     return 0;
 }
 static cudaError_t swallow(cudaError_t e) { return mutant == 8 && e == cudaErrorIllegalAddress ? cudaSuccess : e; }
@@ -78,11 +78,11 @@ static cudaError_t mut_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned
 }
 static cudaError_t mut_event_synchronize(cudaEvent_t e) {
     if (mutant == 3 && is_hdone(e)) return cudaSuccess;
-    if (mutant == 5 && mutant_loader && e == mutant_loader->cu.drain) return cudaSuccess;
+    if (mutant == 5 && mutant_loader && e == mutant_loader->cu->drain) return cudaSuccess;
     return swallow(cudaEventSynchronize(e));
 }
 static cudaError_t mut_stream_synchronize(cudaStream_t s) {
-    if (mutant == 4 && mutant_loader && s == mutant_loader->cu.copy) return cudaSuccess;
+    if (mutant == 4 && mutant_loader && s == mutant_loader->cu->copy) return cudaSuccess;
     return swallow(cudaStreamSynchronize(s));
 }
 static cudaError_t mut_event_query(cudaEvent_t e) { return swallow(cudaEventQuery(e)); }
