@@ -134,38 +134,50 @@
      the oldest undelivered batch always has a slot and in-order delivery
      cannot deadlock. pf_next, pf_release, pf_batch_wait and
      pf_get_stats may be called from any thread (they lock); pf_destroy must
-     not race with any other call on the same loader. A worker or pf_next
-     with nothing to do spins briefly first (up to PF_SPIN_MAX_NS, only
-     while a CPU is free for it, less when spins do not pay), because a
-     sleep and a wake cost 10-40 us on a VM; then it sleeps on a condition
-     variable: an idle loader uses no CPU after that spin. One loader per
-     GPU; loaders share nothing.
+     not race with any other call on the same loader. A thread with
+     nothing to do (a worker, pf_next, the stager; the retirer polls its
+     copy's event) spins briefly first (up to PF_SPIN_MAX_NS, only while a
+     CPU is free for it, less when spins do not pay), because a sleep and a
+     wake cost 10-40 us on a VM; then it sleeps on a condition variable (the
+     retirer: a blocking event sync): an idle loader uses no CPU after that
+     spin. One loader per GPU; loaders share nothing but the process-wide
+     count of spinning threads.
 
-     Inside (for maintainers): struct pf_loader is cut by owner, and one
+     Inside (for maintainers): struct pf_loader is cut into parts, and one
      mutex, sync.mu, guards every part unless a line below says otherwise.
-       cfg, backend, stride   fixed in pf_create; any thread reads them.
+       cfg, ops, stride   fixed in pf_create; any thread reads them.
        sync    the lock, conditions, owed wakes (>>waiting). sync.pulse is
-               read by spinners without the lock, and sync.stopping by
-               pf_job_cancelled; both are written under it.
-       ring    host slots and their queues (>>ring). A slot's bytes belong
-               to whoever holds it by its state: LOADING its worker,
-               READY nobody, HELD the caller, STAGING/COPYING the stager,
-               then the copy engine until the retirer frees it. States move
-               only through pf__move, which asserts the move.
-       claim   the workers' cursor and the epochs' plans (>>claim);
-               planning drops the lock around cfg.num_samples_fn.
+               read by spinners without the lock, sync.stopping by
+               pf_job_cancelled and by threads deciding whether to go on;
+               both are written under it.
+       ring    host slots and their queues (>>ring). A slot and its
+               descriptor belong to whoever its state names, who may use
+               them without the lock: LOADING its worker, READY nobody,
+               HELD the caller, STAGING the stager, COPYING the copy
+               engine until the retirer frees it; a device slot likewise
+               (COPYING the stager, READY nobody, HELD the caller). States
+               move only through pf__move, which asserts the move. Growth
+               (autotune): the worker that set ring.growing writes the new
+               slots' memory and ring.grown without the lock.
+       claim   the epochs' plans and the workers' claim cursor (>>claim):
+               workers claim and plan (dropping the lock around
+               cfg.num_samples_fn), the taker retires plans.
        take    the taker's cursor: the consumer's (host) or the stager's
                (CUDA) (pf__take, >>ring).
-       cons    what pf_next has handed out (>>consumer); cons.err is
-               written only by the thread in a public call.
-       ck      the checkpoint position and the parsed resume token
+       cons    what pf_next has handed out (>>consumer); cons.err is the
+               latest failed call's text (pf__fail), copied out by pf_error.
+       ck      the checkpoint: the consumer's position, moved by each
+               delivery (pf__note_delivery, >>consumer) and read by the
+               claim's lead cap and pf_checkpoint; the parsed resume token
                (>>resume).
        error   the pipeline's first failure (>>errors).
-       pool    the worker threads; at autotune's state (>>autotune),
-               changed only by the consumer inside pf_next; st the stats.
-       cu      the CUDA backend (>>backend cuda): its handles are fixed in
-               pf_create; its queues are under sync.mu; no CUDA call is
-               made with the lock held.
+       pool    the worker threads; a worker's job fields are its own.
+       at      autotune (>>autotune), changed only inside pf_next.
+       st      the stats.
+       cu      the CUDA backend (>>backend cuda): handles fixed in
+               pf_create, queues under sync.mu. No call that queues or
+               waits for GPU work is made with the lock held (error
+               strings are read under it).
 
    MEMORY
 
@@ -496,8 +508,10 @@ PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b);
    an error. NULL is fine. Must not race with other calls on l. */
 PF_API void pf_destroy(pf_loader *l);
 
-/* pf_error: the last failure on l in words; valid until the next call on l.
-   pf_error(NULL): why this thread's last pf_create failed. Never NULL. */
+/* pf_error: the last failure on l in words (with several threads calling
+   into l, the latest of any of them); the text stays valid until this
+   thread calls pf_error again. pf_error(NULL): why this thread's last
+   pf_create failed. Never NULL. Thread safety: any thread. */
 PF_API const char *pf_error(const pf_loader *l);
 
 PF_API const char *pf_result_string(pf_result r);
@@ -539,7 +553,9 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg);
    the new ranks, each sample once, plus the usual padding).
    Unordered, the token also lists the batches delivered past the first
    missing one, and resuming needs the same world_size and rank. A buffer
-   too small is PF_ERR_INVALID_ARG, pf_error saying the size needed.
+   too small is PF_ERR_INVALID_ARG, pf_error saying the size needed. After
+   a CUDA error that kept a batch pf_next had taken from the caller,
+   PF_ERR_CUDA: no token is exact any more; keep the last one taken before.
    Thread safety: any thread; stop calling pf_next first for a token that
    means "everything I trained on". */
 PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size);
@@ -1310,6 +1326,8 @@ typedef struct pf__checkpoint {
                                 (since the start, the token's included): the
                                 token's skipped=, where bad_limit resumes  */
     pf__resume rs;           /* where cfg.resume says to start (the first epoch planned) */
+    uint64_t lost_epoch, lost_batch; /* CUDA: a batch pf_next took but could not
+                                hand out (epoch + 1; 0: none): no token after it */
 } pf__checkpoint;
 
 /* (>>workers) the threads */
@@ -1436,8 +1454,8 @@ static void pf__log(const pf_config *c, int level, const char *fmt, ...) {
     c->log(c->log_user, level, msg);
 }
 
-/* Record an error the consumer will see in pf_error (lock held or the
-   loader private to the caller). Returns r, for `return pf__fail(...)`. */
+/* Record an error the caller will see in pf_error (lock held, or the
+   loader not yet handed out). Returns r, for `return pf__fail(...)`. */
 static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) PF__PRINTF(3, 4);
 static pf_result pf__fail(pf_loader *l, pf_result r, const char *fmt, ...) {
     va_list ap;
@@ -1601,7 +1619,7 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
    woken with a broadcast, since its waiters wait for different things
    (the next batch, a batch's copy); the stager and retirer are one thread
    each; workers get one signal or a broadcast, see pf__wake_workers.
-   4. Before it waits, a consumer, or a worker on a ring under 8 slots
+   4. Before it waits, a consumer, the stager, or a worker on a ring under 8 slots
       (larger ones wake workers a batch of slots at a time), may spin a
       little (pf__spin), because a sleep and a wake cost 10-40 us on a VM
       while the other side is often a microsecond away (a cheap load, a
@@ -2392,7 +2410,8 @@ static void pf__deliver(pf_loader *l, pf_batch *out, const pf__desc *b, void *da
 }
 
 /* A consumer wait that may time out: returns PF_TIMEOUT with the reason, or
-   PF_OK after being woken (lock held). on: what it waits on, for the stats,
+   PF_OK after being woken (lock held on entry and return; the wait, and
+   settle's CUDA queries, drop it). on: what it waits on, for the stats,
    as seen when the wait begins; settle (may be NULL) gives the final kind
    when it ends. */
 typedef int (*pf__settle_fn)(pf_loader *l, const pf__wait_on *on);
@@ -2553,7 +2572,8 @@ static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
 }
 
 /* Autotune grew the ring: memory for slots from .. to-1, one block, touched
-   as in pf_create (called without the lock, by the consumer). */
+   as in pf_create (called without the lock, by the worker that set
+   ring.growing). */
 static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to) {
     unsigned char *p, *raw = (unsigned char *)l->cfg.allocator.alloc_fn((size_t)(to - from) * l->stride + PF__ALIGN,
                                                                          l->cfg.allocator.user_data);
@@ -2601,7 +2621,8 @@ typedef struct pf__dslot {
     bool landed;   /* the retirer saw this seq's copy complete          */
     bool marked;   /* delivered before it landed: timing marks around the
                       consumer stream's wait for it (pf__cuda_consume) */
-    int state; /* PF__SLOT_FREE, READY (queued), HELD, WRITTEN_OFF */
+    int state; /* PF__SLOT_FREE, COPYING (being staged), READY (queued),
+                  HELD, WRITTEN_OFF */
 } pf__dslot;
 
 /* A copy in flight: host slot h into device slot d, of the seq-th batch
@@ -3095,6 +3116,7 @@ static bool pf__stager_stage(pf_loader *l, pf__slot *s, char *logmsg, size_t n) 
     cu->dfree_head = (cu->dfree_head + 1) % l->cfg.device_slots;
     cu->dfree_count--;
     ds = &cu->dslots[d];
+    pf__move(&ds->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_COPYING);
     { /* the batch moves; the slots trade their lists (pf__desc) */
         pf__desc old = ds->b;
         ds->b = s->b;
@@ -3110,7 +3132,8 @@ static bool pf__stager_stage(pf_loader *l, pf__slot *s, char *logmsg, size_t n) 
     r = pf__stage_copy(l, s, d, ds->b.bytes, ds->seq, why, sizeof why);
     PF__RANGE_POP();
     pf__lock(&l->sync.mu);
-    if (r != PF_OK) {
+    if (r != PF_OK) { /* d may be half written: out of circulation, like the host slot */
+        pf__move(&ds->state, PF__FROM(PF__SLOT_COPYING), PF__SLOT_WRITTEN_OFF);
         pf__cuda_fatal(l, PF__BY_STAGER, why);
         pf__format(logmsg, n, "%s", why);
         return false;
@@ -3120,7 +3143,7 @@ static bool pf__stager_stage(pf_loader *l, pf__slot *s, char *logmsg, size_t n) 
     f->d = d;
     f->seq = ds->seq;
     pf__wake(l, PF__ROLE_RETIRER);
-    pf__move(&ds->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_READY);
+    pf__move(&ds->state, PF__FROM(PF__SLOT_COPYING), PF__SLOT_READY);
     l->st.copies++;
     l->st.copy_bytes += ds->b.bytes;
     pf__push_item(l, PF__ITEM_BATCH, d);
@@ -3169,8 +3192,8 @@ static cudaError_t pf__retire_wait(pf_loader *l, cudaEvent_t ev) {
 }
 
 /* The retirer gives host slots back. Copies complete in the copy stream's
-   order, so it sleeps on the oldest copy's hdone event (BlockingSync: no
-   spinning), then frees that slot and marks its batch landed for
+   order, so it waits for the oldest copy's hdone event (a bounded poll,
+   then a BlockingSync sleep: pf__retire_wait), then frees that slot and marks its batch landed for
    pf_batch_wait. This is also how a device fault surfaces when the ring is
    full and the consumer waits: the sync answers the sticky error at once,
    where a host function would simply never run. */
@@ -3251,7 +3274,8 @@ static int pf__cuda_ask(pf_loader *l, cudaEvent_t a, cudaEvent_t b, double *us) 
    oldest batch whose copy is in flight); either is settled by
    pf__cuda_settle when the wait ends. On the input path a query of the
    latest release is also how a device fault is noticed while a load is
-   stuck and no copy is in flight. Lock held. */
+   stuck and no copy is in flight. Lock held on entry and return, dropped
+   around that query (pf__cuda_ask). */
 static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
     pf__cuda *cu = l->cu;
     pf__wait_on on = {PF__WAIT_COPY, cu->flight_count ? cu->flights[cu->flight_head].seq : 0};
@@ -3279,7 +3303,8 @@ static pf__wait_on pf__cuda_wait_on(pf_loader *l) {
      on a busy machine does not change the answer.
    - loading: the latest release, recorded after the work of the batch
      released last. Complete: the GPU sat idle while the batch loaded
-     (input-bound). */
+     (input-bound).
+   Lock held on entry and return, dropped around each query (pf__cuda_ask). */
 static int pf__cuda_settle(pf_loader *l, const pf__wait_on *on) {
     pf__cuda *cu = l->cu;
     uint32_t m = (uint32_t)(on->seq % l->ring.nslots), k = (uint32_t)(on->seq % cu->nhdone);
@@ -3391,6 +3416,10 @@ static pf_result pf__cuda_consume(pf_loader *l, pf_batch *b) {
         pf__move(&ds->state, PF__FROM(PF__SLOT_HELD), PF__SLOT_WRITTEN_OFF); /* the pipeline is stopped */
         ds->ticket = 0;
         l->cu->held--;
+        /* counted as delivered (pf__deliver) but never handed out: from
+           here no token can say where the caller is */
+        l->ck.lost_epoch = ds->b.epoch + 1;
+        l->ck.lost_batch = ds->b.batch;
         pf__unlock_wake(l);
         memset(b, 0, sizeof *b);
         pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
@@ -3508,8 +3537,9 @@ static void pf__stats_cuda(pf_loader *l, pf_stats *out) { /* lock held */
 
 
 /* Autotune grew the ring: pinned memory for slots from .. to-1, one more
-   block (called without the lock, on the consumer's thread: its CUDA state
-   is kept, as in every call). Their events exist from pf_create. */
+   block (called without the lock, by the worker that set ring.growing, on
+   the loader's device like every worker). Their events exist from
+   pf_create. */
 static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to) {
     pf__ctx_saved sv;
     unsigned char *p = NULL;
@@ -3755,6 +3785,15 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     if (!l) return PF_ERR_INVALID_ARG;
     if (!buf) size = 0;
     pf__lock(&l->sync.mu);
+    if (l->ck.lost_epoch) {
+        r = pf__fail(l, PF_ERR_CUDA, "pf_checkpoint: no token: pf_next took epoch %llu batch %llu but a CUDA error "
+                     "kept it from the caller (%s), so no position covers exactly what was trained on; resume from "
+                     "the last token taken before the error", (unsigned long long)(l->ck.lost_epoch - 1),
+                     (unsigned long long)l->ck.lost_batch, l->error.msg);
+        pf__unlock(&l->sync.mu);
+        if (buf && size) buf[0] = '\0';
+        return r;
+    }
     if (pf__checkpoint_n(l, &n)) pf__format(nbuf, sizeof nbuf, "%llu", (unsigned long long)n);
     pos = l->ck.start + (l->ck.low * l->cfg.batch_size - l->ck.first) * l->cfg.world_size;
     pf__append(buf, size, &len,
@@ -4347,8 +4386,18 @@ PF_API pf_result pf_batch_wait(pf_loader *l, const pf_batch *b) {
     return l->ops->batch_wait(l, b);
 }
 
+/* The loader's text is copied under its lock into this thread's own
+   buffer: another thread's failing call cannot tear it while it is read. */
+static PF__THREAD_LOCAL char pf__error_copy[PF__MSG_SIZE];
 PF_API const char *pf_error(const pf_loader *l) {
-    const char *m = l ? l->cons.err : pf__create_error;
+    const char *m = pf__create_error;
+    if (l) {
+        pf_loader *w = (pf_loader *)(uintptr_t)l; /* the lock only: nothing else is written */
+        pf__lock(&w->sync.mu);
+        memcpy(pf__error_copy, l->cons.err, sizeof pf__error_copy);
+        pf__unlock(&w->sync.mu);
+        m = pf__error_copy;
+    }
     return m[0] ? m : "no error";
 }
 

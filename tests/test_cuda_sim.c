@@ -2003,6 +2003,42 @@ static void test_runtime_cuda_failures_surface_from_pf_next(void) {
     }
 }
 
+/* pf_next took a batch (counted it delivered) but its stream wait failed,
+   so the caller never got it: a token written now would skip that batch
+   on resume. pf_checkpoint refuses instead, naming it. */
+static void test_no_token_after_a_batch_lost_to_a_cuda_error(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    pf_stats st;
+    char tok[512] = "x";
+    double until = h_now() + 60;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 9, 3, 1); /* three batches, three device slots: the stager ends */
+    cfg.device_slots = 3;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) { /* bounded: everything staged and landed, the stager idle */
+        pf_get_stats(c.l, &st);
+        if ((st.device_ready == 3 && st.copying_slots == 0) || h_now() > until) break;
+        t_sleep_us(1000);
+    }
+    CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK); /* at batch 0: fine */
+    CHECK_CONTAINS(tok, " batch=0 ");
+    /* the consumer's next CUDA call is the stream wait of batch 0 */
+    cudaSimFailNth("cudaStreamWaitEvent", 1, cudaErrorLaunchFailure, 0);
+    CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA);
+    CHECK(b.data == NULL);
+    CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_ERR_CUDA);
+    CHECK_EQ(tok[0], 0);
+    CHECK_CONTAINS(pf_error(c.l), "epoch 0 batch 0");
+    CHECK_CONTAINS(pf_error(c.l), "last token");
+    cudaSimClearFaults();
+    t_end(&c);
+    t_load_free(&t);
+}
+
 static void test_every_create_call_can_fail_cleanly(void) {
     static const char *const fns[] = {"cudaGetDeviceCount", "cudaSetDevice", "cudaHostAlloc", "cudaMalloc",
                                       "cudaStreamCreateWithFlags", "cudaEventCreateWithFlags"};
@@ -2192,6 +2228,7 @@ static const h_test tests[] = {
     {"batch_wait_lands_the_copy", test_batch_wait_lands_the_copy_for_the_host},
     {"landed_batch_gets_no_marks", test_landed_batch_gets_no_marks},
     {"runtime_cuda_failures_surface", test_runtime_cuda_failures_surface_from_pf_next},
+    {"no_token_after_a_lost_batch", test_no_token_after_a_batch_lost_to_a_cuda_error},
     {"every_create_call_can_fail_cleanly", test_every_create_call_can_fail_cleanly},
     {"many_seeds_no_race_no_wrong_batch", test_many_seeds_no_race_no_wrong_batch},
 };
