@@ -654,14 +654,23 @@ PF_API void pf_tokens_close(pf_tokens *t);
 
 /* Tar shards of files, grouped like WebDataset: consecutive files with the
    same key (the path up to the first dot of its last component) are one
-   sample, its parts named by the rest ("KEY.jpg" + "KEY.cls"). ustar, pax
+   sample, its parts named by the rest, the extension ("KEY.jpg" +
+   "KEY.cls"; "d/KEY.seg.png" is part "seg.png" of key "d/KEY"). ustar, pax
    (path, size) and GNU long names, each naming the next entry only (what
    tar --format=posix writes); indexed once at open (headers only). As in
-   WebDataset, files whose name starts with '.' are left out, and two
-   parts of one name in a sample ("a.jpg" twice) refuse the open naming the
-   shard and the key. A shard cut after a whole entry (no end-of-archive
-   blocks) is read up to there, with a PF_LOG_WARN through cfg.log.
-   Without a step a sample is its parts' bytes back to back. */
+   WebDataset (whose key/extension split yields nothing for them):
+     - a file whose name starts with '.' is left out;
+     - a file without a dot in its name ("README", "d.v1/LICENSE": the
+       last component counts) has no extension to name its part: it is left
+       out, and it does not end the sample around it; one PF_LOG_WARN per
+       shard counts them and names the first;
+     - a name ending in a dot ("KEY.") is a part named "" (an empty
+       extension);
+     - two parts of one name in a sample ("a.jpg" twice) refuse the open
+       naming the shard and the key.
+   A shard cut after a whole entry (no end-of-archive blocks) is read up to
+   there, with a PF_LOG_WARN through cfg.log. Without a step a sample is
+   its parts' bytes back to back. */
 typedef struct pf_tar_config {
     const char *const *paths;  /* the shards, in order                       */
     uint32_t num_paths;
@@ -5449,7 +5458,8 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     const char *path = t->paths[shard];
     int fd = t->fds[shard];
     struct stat st;
-    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0;
+    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0, noext = 0, noext_at = 0;
+    char noext_name[256]; /* the first file without an extension, for the warning */
     /* longname: the next entry's name from a GNU long name or a pax path
        record (has_long, has_pax_path); it and the pax size apply to the next
        entry only, and are cleared by it */
@@ -5553,25 +5563,33 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             pf__tar_part *p;
             base = base ? base + 1 : name;
             dot = strchr(base, '.');
-            key_len = dot ? (size_t)(dot - name) : strlen(name);
             if (!*base || *base == '.') { pos = next; continue; } /* hidden files: WebDataset skips them too */
+            if (!dot) { /* no extension to name a part by: WebDataset's keys() gives None, and it skips it */
+                if (!noext++) {
+                    snprintf(noext_name, sizeof noext_name, "%s", name);
+                    noext_at = pos;
+                }
+                pos = next;
+                continue;
+            }
+            key_len = (size_t)(dot - name);
             same_key_run = t->nsamples && t->samples[t->nsamples - 1].shard == shard && prev_key_len == key_len &&
                            !memcmp(t->names + t->samples[t->nsamples - 1].key, name, key_len);
             if (same_key_run) { /* two parts of one name: which one would a step get? */
                 const pf__tar_sample *s = &t->samples[t->nsamples - 1];
                 uint64_t k;
                 for (k = s->first; k < s->first + s->nparts; k++)
-                    if (!strcmp(t->names + t->parts[k].name, dot ? dot + 1 : ""))
+                    if (!strcmp(t->names + t->parts[k].name, dot + 1))
                         PF__TAR_BAD("pf_tar_open: %s: duplicate file name %s (entry at byte %llu): sample %.*s "
                                     "already has a part named \"%s\"", path, name, (unsigned long long)pos,
-                                    (int)key_len, name, dot ? dot + 1 : "");
+                                    (int)key_len, name, dot + 1);
             }
             if (!pf__grow_array((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
                 PF__TAR_BAD("pf_tar_open: out of memory");
             p = &t->parts[t->nparts];
             p->off = data;
             p->size = size;
-            p->name = pf__tar_name(t, dot ? dot + 1 : "", dot ? strlen(dot + 1) : 0);
+            p->name = pf__tar_name(t, dot + 1, strlen(dot + 1));
             if (p->name == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
             if (!same_key_run) {
                 pf__tar_sample *s;
@@ -5601,6 +5619,11 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     if (has_long || has_pax_path || has_pax_size)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: the %s header at byte %llu has no entry after it; ignored",
                    path, has_long ? "GNU long name" : "pax", (unsigned long long)meta_at);
+    if (noext)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: %llu file%s without an extension (no dot in the file name: "
+                   "the first is %s, at byte %llu) left out: a sample's parts are named by their extensions, and "
+                   "WebDataset leaves such files out too", path, (unsigned long long)noext, noext == 1 ? "" : "s",
+                   noext_name, (unsigned long long)noext_at);
     if (!ended && pos)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
                    "after a whole entry?); its entries up to there are read", path, (unsigned long long)pos);
@@ -5720,8 +5743,8 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         res = pf__tar_index(t, i, why, n);
     }
     if (res == PF_OK && !t->nsamples) {
-        pf__format(why, n, "pf_tar_open: the %u shards hold no file (directories, links and names starting with "
-                   "'.' are not samples)", (unsigned)t->nshards);
+        pf__format(why, n, "pf_tar_open: the %u shards hold no file that is part of a sample (directories, links, "
+                   "names starting with '.' and names without an extension are not)", (unsigned)t->nshards);
         res = PF_ERR_INVALID_ARG;
     }
     if (res == PF_OK && !t->max_bytes && !tc->step && !cfg->batch_bytes) {

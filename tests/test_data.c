@@ -1720,6 +1720,66 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     tmp_end();
 }
 
+/* WebDataset's key/extension split: a file without a dot in its name (the
+   last path component's) has no extension to name its part, and is left
+   out without ending the sample around it, with one warning per shard; a
+   trailing dot is an empty extension; the key ends at the basename's
+   first dot, so the rest (dots included) names the part */
+static void test_tar_files_without_an_extension_are_left_out(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    static const char *const want[3] = {"a:jpg/3,cls/1", "d.v1/b:txt/2", "c:/1,seg.png/2"};
+    pf_tar_config tc;
+    pf_tar *tr = NULL;
+    pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
+    logcap lc;
+    tnames tn;
+    FILE *f;
+    memset(&tn, 0, sizeof tn);
+    pthread_mutex_init(&tn.mu, NULL);
+    tmp_begin();
+    tmp_path(path, sizeof path, "noext.tar");
+    f = fopen(path, "wb");
+    tar_file(f, "a.jpg", "aaa", 3);
+    tar_file(f, "README", "hello", 5); /* between two parts of a: a stays one sample */
+    tar_file(f, "a.cls", "1", 1);
+    tar_file(f, "d.v1/LICENSE", "MIT!", 4); /* the directory's dot is not the file's */
+    tar_file(f, "d.v1/b.txt", "bb", 2);
+    tar_file(f, "c.", "c", 1);
+    tar_file(f, "c.seg.png", "cc", 2);
+    {
+        static const unsigned char zero[1024] = {0};
+        fwrite(zero, 1, sizeof zero, f);
+    }
+    fclose(f);
+    tc = tar_config(pp, 1);
+    tc.step = tn_step;
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 3);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, "2 files without an extension");
+    CHECK_CONTAINS(lc.text, "the first is README, at byte 1024");
+    CHECK_CONTAINS(lc.text, path);
+    d_run_all(&cfg, tn_check, &tn, 100, NULL);
+    pf_tar_close(tr);
+    CHECK_EQ(tn.n, 3);
+    for (uint32_t i = 0; i < 3 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
+    /* a shard of nothing but such files holds no sample: refused, saying why */
+    f = fopen(path, "wb");
+    tar_file(f, "README", "hello", 5);
+    tar_file(f, "Makefile", "all:", 4);
+    fclose(f);
+    cfg = t_config_base(0, 4, 4 * 128, 1);
+    tr = (pf_tar *)1;
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "hold no file that is part of a sample");
+    CHECK_CONTAINS(pf_error(NULL), "names without an extension");
+    CHECK(tr == NULL);
+    cap_end(&lc);
+    pthread_mutex_destroy(&tn.mu);
+    tmp_end();
+}
+
 /* the caller's worker hooks run inside the reader's, with the caller's user */
 static int rs_step(void *user, pf_sample *s) {
     wcount *wc = (wcount *)user;
@@ -1789,6 +1849,7 @@ static const h_test tests[] = {
     {"tar_damage_never_crashes", test_tar_damage_never_crashes},
     {"tar_pax_and_long_names_name_one_entry", test_tar_pax_and_long_names_name_one_entry},
     {"tar_duplicates_and_odd_archives_are_named", test_tar_duplicates_and_odd_archives_are_named},
+    {"tar_files_without_an_extension_are_left_out", test_tar_files_without_an_extension_are_left_out},
     {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
 };
 
