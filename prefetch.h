@@ -153,7 +153,10 @@
      never shrinks. pf_stats.host_slots counts the slots with memory.
      where stride = batch_bytes rounded up to 256, so that every slot starts
      256-byte aligned for vector loads. Plus small bookkeeping through
-     cfg.allocator (indices: batch_size * 8 bytes per slot).
+     cfg.allocator (indices: batch_size * 8 bytes per slot). A reader
+     (pf_records_open, ...) allocates through the cfg.allocator it is
+     opened with as well: its index at the open, a growing file list's
+     files as epochs are planned, a read buffer per worker.
 
    ERRORS AND LOGGING
 
@@ -300,7 +303,9 @@ typedef enum pf_bad_policy {
     PF_BAD_MARK      /* cfg.bad_marker takes the sample's place                 */
 } pf_bad_policy;
 
-/* Host bookkeeping memory (and the host backend's slots). Both or neither. */
+/* Host bookkeeping memory, the host backend's slots, and everything the
+   readers allocate. Both or neither. Called from the library's threads
+   too (workers, as they start or grow the ring): it must be thread-safe. */
 typedef struct pf_allocator {
     void *(*alloc_fn)(size_t size, void *user_data);
     void (*free_fn)(void *ptr, void *user_data);
@@ -557,7 +562,13 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF
    the open: with cfg.batch_bytes 0 the open sizes the slots from it
    (batch_size samples; 0 is refused then). Set cfg.worker_init and
    cfg.worker_stop (and cfg.user for them) before the open: the reader keeps
-   them and runs them as you would expect. Every batch is packed (offsets);
+   them and runs them as you would expect. So with cfg.allocator: every byte
+   a reader allocates goes through the one set at the open (its index and
+   bookkeeping then, a growing list's files as epochs are planned, each
+   worker's read buffer on that worker's thread; a failure is
+   PF_ERR_NO_MEMORY from the open, or PF_ERR_LOAD from pf_next, saying "out
+   of memory"), and all of it is back by the close (the buffers by
+   pf_destroy). Every batch is packed (offsets);
    each sample is either the raw bytes, or what your step writes from them:
    decode, augment. A step returns 0, or the result of pf_job_fail /
    pf_job_skip(s->job, s->i, ...) to fail or drop the sample. The readers
@@ -4585,7 +4596,31 @@ static const char *pf__errno_text(int e, char *buf, size_t n) {
 #endif
 }
 
+/* Memory. Every byte a reader allocates goes through the cfg.allocator it
+   was opened with (malloc and free when unset), kept in the reader: its
+   bookkeeping and index at the open, a growing list's files as epochs are
+   planned, each worker's read buffer on that worker's thread. All of it
+   is given back by the close (the buffers by pf_destroy). */
+static void *pf__rd_alloc(const pf_allocator *a, size_t n) { return a->alloc_fn(n ? n : 1, a->user_data); }
+static void *pf__rd_calloc(const pf_allocator *a, size_t count, size_t size) {
+    void *p;
+    if (size && count > SIZE_MAX / size) return NULL;
+    p = pf__rd_alloc(a, count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+static void pf__rd_free(const pf_allocator *a, void *p) {
+    if (p) a->free_fn(p, a->user_data);
+}
+static char *pf__rd_strdup(const pf_allocator *a, const char *p) {
+    size_t n = strlen(p) + 1;
+    char *d = (char *)pf__rd_alloc(a, n);
+    if (d) memcpy(d, p, n);
+    return d;
+}
+
 typedef struct pf__rd {
+    pf_allocator al;  /* cfg.allocator at the open: everything the reader allocates */
     pf_step_fn step;
     void *step_user;
     size_t sample_bytes;
@@ -4606,10 +4641,10 @@ typedef struct pf__rd_ws { /* a worker's: its buffer, and the caller's state */
 
 static void *pf__rd_init(void *user, uint32_t worker) {
     pf__rd *rd = (pf__rd *)user;
-    pf__rd_ws *ws = (pf__rd_ws *)calloc(1, sizeof *ws);
+    pf__rd_ws *ws = (pf__rd_ws *)pf__rd_calloc(&rd->al, 1, sizeof *ws);
     if (!ws) return NULL; /* the load says so; the caller's init is not run */
-    if (rd->buf_bytes) {
-        ws->raw = malloc(rd->buf_bytes + PF__RD_ALIGN);
+    if (rd->buf_bytes && rd->buf_bytes <= SIZE_MAX - PF__RD_ALIGN) {
+        ws->raw = pf__rd_alloc(&rd->al, rd->buf_bytes + PF__RD_ALIGN);
         if (ws->raw)
             ws->buf = (unsigned char *)ws->raw + (PF__RD_ALIGN - (uintptr_t)ws->raw % PF__RD_ALIGN) % PF__RD_ALIGN;
     }
@@ -4622,8 +4657,8 @@ static void pf__rd_stop(void *user, uint32_t worker, void *state) {
     pf__rd_ws *ws = (pf__rd_ws *)state;
     if (!ws) return;
     if (rd->user_stop) rd->user_stop(rd->user, worker, ws->user_state);
-    free(ws->raw);
-    free(ws);
+    pf__rd_free(&rd->al, ws->raw);
+    pf__rd_free(&rd->al, ws);
 }
 
 static void pf__rd_start(void *user, uint32_t worker) {
@@ -4650,6 +4685,9 @@ static pf_result pf__rd_check(const void *rc, const pf_config *cfg, const void *
     if (!rc) return (pf__format(why, n, "%s_open: its config is NULL", who), PF_ERR_INVALID_ARG);
     if (!cfg) return (pf__format(why, n, "%s_open: cfg is NULL", who), PF_ERR_INVALID_ARG);
     if (!out) return (pf__format(why, n, "%s_open: out is NULL", who), PF_ERR_INVALID_ARG);
+    if (!cfg->allocator.alloc_fn != !cfg->allocator.free_fn)
+        return (pf__format(why, n, "%s_open: cfg.allocator: set both alloc_fn and free_fn, or neither", who),
+                PF_ERR_INVALID_ARG);
     if (cfg->load)
         return (pf__format(why, n, "%s_open: cfg.load is set: the reader is the load (use its step for your "
                                    "per-sample work)", who), PF_ERR_INVALID_ARG);
@@ -4698,8 +4736,8 @@ static pf_result pf__rd_attach(pf__rd *rd, pf_config *cfg, pf_load_fn load, size
 static pf__rd_ws *pf__rd_begin(const pf__rd *rd, pf_job *job) {
     pf__rd_ws *ws = (pf__rd_ws *)job->worker_state;
     if (!ws || (rd->buf_bytes && !ws->buf)) {
-        pf_job_fail(job, "reader: no memory for worker %u's %llu-byte read buffer", (unsigned)job->worker,
-                    (unsigned long long)rd->buf_bytes);
+        pf_job_fail(job, "reader: out of memory (cfg.allocator) for worker %u's state and %llu-byte read buffer",
+                    (unsigned)job->worker, (unsigned long long)rd->buf_bytes);
         return NULL;
     }
     ((pf__worker *)job->pf__worker)->pack = true;
@@ -4774,13 +4812,6 @@ static int pf__pread_direct(int fd, unsigned char *buf, size_t bufsize, unsigned
     return 0;
 }
 
-static char *pf__strdup(const char *p) {
-    size_t n = strlen(p) + 1;
-    char *d = (char *)malloc(n);
-    if (d) memcpy(d, p, n);
-    return d;
-}
-
 /* >>records --------------------------------------------------------------- */
 /* A view is one epoch's file list: the files, and the first sample of each.
    Static lists have one view for every epoch. A growing list (path_fn)
@@ -4829,8 +4860,8 @@ static void pf__rec_unref(pf_records *r, pf__rec_file *f) {
             break;
         }
     if (f->fd >= 0) close(f->fd);
-    free(f->path);
-    free(f);
+    pf__rd_free(&r->rd.al, f->path);
+    pf__rd_free(&r->rd.al, f);
 }
 
 static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
@@ -4841,8 +4872,9 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
 }
 
 /* The file at path, opened once while path names it (refs counted by the
-   caller). NULL, and why, when it cannot be opened. */
-static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
+   caller). NULL, and why, when it cannot be opened; *oom: because memory
+   ran out (not the file's fault). */
+static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n, bool *oom) {
     pf__rec_file *f;
     struct stat st;
     char err[PF__ERRNO_TEXT];
@@ -4872,12 +4904,13 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         close(fd);
         return NULL;
     }
-    f = (pf__rec_file *)calloc(1, sizeof *f);
-    if (f) f->path = pf__strdup(path);
+    f = (pf__rec_file *)pf__rd_calloc(&r->rd.al, 1, sizeof *f);
+    if (f) f->path = pf__rd_strdup(&r->rd.al, path);
     if (!f || !f->path) {
         close(fd);
-        free(f);
-        pf__format(why, n, "out of memory opening %s", path);
+        pf__rd_free(&r->rd.al, f);
+        pf__format(why, n, "out of memory (cfg.allocator) opening %s", path);
+        *oom = true;
         return NULL;
     }
     f->fd = fd;
@@ -4889,7 +4922,9 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
 
 /* Fill v from the path list (strict: a file that cannot be opened or is
    shorter than its header is an error; else it is left out, as a file
-   evicted between the listing and now). Lock held for growing lists. */
+   evicted between the listing and now). Out of memory is an error either
+   way (PF_ERR_NO_MEMORY): a view without a file that is there would be a
+   silently smaller epoch. Lock held for growing lists. */
 static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, bool strict, char *why, size_t n) {
     uint32_t k;
     v->epoch = epoch;
@@ -4901,6 +4936,7 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
         pf__rec_file *f;
         struct stat st;
         uint64_t size;
+        bool oom = false;
         if (!path) break;
         v->listed = k + 1;
         if (k >= r->c.max_files) {
@@ -4910,8 +4946,9 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
             pf__rd_log(&r->rd, PF_LOG_WARN, "%s; the rest are left out", why);
             break;
         }
-        f = pf__rec_get(r, path, why, n);
+        f = pf__rec_get(r, path, why, n, &oom);
         if (!f) {
+            if (oom) return PF_ERR_NO_MEMORY;
             if (strict) return PF_ERR_INVALID_ARG;
             pf__rd_log(&r->rd, PF_LOG_WARN, "pf_records: epoch %llu: %s; left out", (unsigned long long)epoch, why);
             continue;
@@ -4960,13 +4997,20 @@ static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf__rec_view *v = &r->views[epoch % r->keep];
     char why[PF__MSG_SIZE];
     uint64_t total;
+    pf_result res;
     pf__lock(&r->mu);
     pf__rec_view_clear(r, v);
-    pf__rec_build(r, v, epoch, false, why, sizeof why);
-    total = v->first[v->n];
-    if (!total) pf__rec_empty_why(r, v, why, sizeof why);
+    res = pf__rec_build(r, v, epoch, false, why, sizeof why);
+    total = res == PF_OK ? v->first[v->n] : 0;
+    if (res != PF_OK) pf__rec_view_clear(r, v); /* built again, should a load need it */
+    else if (!total) pf__rec_empty_why(r, v, why, sizeof why);
     pf__unlock(&r->mu);
     if (total) return total;
+    if (res != PF_OK) {
+        char m[PF__MSG_SIZE];
+        memcpy(m, why, sizeof m);
+        pf__format(why, sizeof why, "pf_records: epoch %llu: %s", (unsigned long long)epoch, m);
+    }
     pf__rd_log(&r->rd, PF_LOG_WARN, "%s: pf_next fails (PF_ERR_LOAD) at that epoch", why);
     /* an error, not an empty epoch: that would end at once, and with
        epochs = 0 a loop would spin on PF_END_OF_EPOCH for ever */
@@ -4987,15 +5031,19 @@ static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last fi
 /* A growing list's view of the job's epoch. Normally built when the epoch
    was planned; an epoch resumed from a checkpoint keeps the size in its
    token and is not counted again, so its view is built here, from the
-   files listed now. Under the lock: a view is written only under it. */
-static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
+   files listed now. Under the lock: a view is written only under it.
+   NULL, and why, when memory ran out building it (the next load of the
+   epoch tries again). */
+static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch, char *why, size_t n) {
     pf__rec_view *v = &r->views[epoch % r->keep];
     if (!r->c.path_fn) return &r->views[0];
     pf__lock(&r->mu);
     if (!v->used || v->epoch != epoch) {
-        char why[PF__MSG_SIZE];
         pf__rec_view_clear(r, v);
-        pf__rec_build(r, v, epoch, false, why, sizeof why);
+        if (pf__rec_build(r, v, epoch, false, why, n) != PF_OK) {
+            pf__rec_view_clear(r, v);
+            v = NULL;
+        }
     }
     pf__unlock(&r->mu);
     return v;
@@ -5004,13 +5052,15 @@ static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
 static int pf__rec_load(void *user, pf_job *job) {
     pf_records *r = (pf_records *)user;
     pf__rd_ws *ws = pf__rd_begin(&r->rd, job);
-    const pf__rec_view *v = pf__rec_view_of(r, job->epoch);
+    const pf__rec_view *v;
     size_t rb = r->c.record_bytes;
     bool direct = r->direct;
     uint32_t i = 0;
+    char why[PF__MSG_SIZE];
     if (!ws) return -1;
+    v = pf__rec_view_of(r, job->epoch, why, sizeof why);
+    if (!v) return pf_job_fail(job, "pf_records: epoch %llu: %s", (unsigned long long)job->epoch, why);
     if (!v->first[v->n]) {
-        char why[PF__MSG_SIZE];
         pf__rec_empty_why(r, v, why, sizeof why);
         return pf_job_fail(job, "%s", why);
     }
@@ -5065,26 +5115,28 @@ static int pf__rec_load(void *user, pf_job *job) {
 }
 
 PF_API void pf_records_close(pf_records *r) {
+    pf_allocator al;
     uint32_t i;
     if (!r) return;
+    al = r->rd.al;
     if (r->views)
         for (i = 0; i < r->keep; i++)
             if (r->views[i].files) pf__rec_view_clear(r, &r->views[i]);
     if (r->views)
         for (i = 0; i < r->keep; i++) {
-            free(r->views[i].files);
-            free(r->views[i].first);
+            pf__rd_free(&al, r->views[i].files);
+            pf__rd_free(&al, r->views[i].first);
         }
     while (r->ncache) { /* none left normally: each view let go of its own */
         pf__rec_file *f = r->cache[--r->ncache];
         if (f->fd >= 0) close(f->fd);
-        free(f->path);
-        free(f);
+        pf__rd_free(&al, f->path);
+        pf__rd_free(&al, f);
     }
-    free(r->cache);
-    free(r->views);
+    pf__rd_free(&al, r->cache);
+    pf__rd_free(&al, r->views);
     if (r->mu_ok) pf__mutex_destroy(&r->mu);
-    free(r);
+    pf__rd_free(&al, r);
 }
 
 PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf_records **out) {
@@ -5093,6 +5145,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     pf_records *r;
     pf_result res = pf__rd_check(rc, cfg, out, "pf_records");
     pf_config before;
+    pf_allocator al;
     uint32_t i, files;
     if (res != PF_OK) return res;
     before = *cfg;
@@ -5105,8 +5158,10 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
         return (pf__format(why, n, "pf_records_open: num_paths is 0: list at least one file"), PF_ERR_INVALID_ARG);
     for (i = 0; rc->paths && i < rc->num_paths; i++)
         if (!rc->paths[i]) return (pf__format(why, n, "pf_records_open: paths[%u] is NULL", (unsigned)i), PF_ERR_INVALID_ARG);
-    r = (pf_records *)calloc(1, sizeof *r);
-    if (!r) return (pf__format(why, n, "pf_records_open: out of memory"), PF_ERR_NO_MEMORY);
+    al = pf_config_defaults(cfg).allocator;
+    r = (pf_records *)pf__rd_calloc(&al, 1, sizeof *r);
+    if (!r) return (pf__format(why, n, "pf_records_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
+    r->rd.al = al;
     r->c = *rc;
     if (!r->c.max_files) r->c.max_files = 4096;
     if (r->c.paths) r->c.max_files = r->c.num_paths;
@@ -5117,13 +5172,13 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     if (r->c.direct && !r->direct) pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: no O_DIRECT here; reading through the page cache");
     r->keep = r->c.path_fn ? pf_config_defaults(cfg).host_slots + 3 : 1;
     files = r->c.max_files;
-    r->views = (pf__rec_view *)calloc(r->keep, sizeof *r->views);
+    r->views = (pf__rec_view *)pf__rd_calloc(&al, r->keep, sizeof *r->views);
     r->cache_cap = r->keep * files; /* every view's files, all different at worst */
-    r->cache = (pf__rec_file **)calloc(r->cache_cap, sizeof(pf__rec_file *)); /* pointers to the files */
+    r->cache = (pf__rec_file **)pf__rd_calloc(&al, r->cache_cap, sizeof(pf__rec_file *)); /* pointers to the files */
     if (!r->views || !r->cache) goto no_memory;
     for (i = 0; i < r->keep; i++) {
-        r->views[i].files = (pf__rec_file **)calloc(files, sizeof(pf__rec_file *));
-        r->views[i].first = (uint64_t *)calloc((size_t)files + 1, sizeof(uint64_t));
+        r->views[i].files = (pf__rec_file **)pf__rd_calloc(&al, files, sizeof(pf__rec_file *));
+        r->views[i].first = (uint64_t *)pf__rd_calloc(&al, (size_t)files + 1, sizeof(uint64_t));
         if (!r->views[i].files || !r->views[i].first) goto no_memory;
     }
     if (pf__mutex_init(&r->mu) != 0) {
@@ -5164,7 +5219,8 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     return PF_OK;
 no_memory:
     pf_records_close(r);
-    return (pf__format(why, n, "pf_records_open: out of memory for %u files' bookkeeping", (unsigned)files),
+    return (pf__format(why, n, "pf_records_open: out of memory (cfg.allocator) for %u files' bookkeeping",
+                       (unsigned)files),
             PF_ERR_NO_MEMORY);
 }
 
@@ -5230,23 +5286,25 @@ static int pf__tok_load(void *user, pf_job *job) {
 }
 
 PF_API void pf_tokens_close(pf_tokens *t) {
+    pf_allocator al;
     uint32_t i;
     if (!t) return;
+    al = t->rd.al;
     for (i = 0; t->sh && i < t->n; i++) {
         if (t->sh[i].fd >= 0) close(t->sh[i].fd);
-        free(t->sh[i].path);
+        pf__rd_free(&al, t->sh[i].path);
     }
-    free(t->sh);
-    free(t);
+    pf__rd_free(&al, t->sh);
+    pf__rd_free(&al, t);
 }
 
 /* One shard's header and size, checked: PF_OK, or why not. */
 static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *path, char *why, size_t n) {
     int32_t h[256];
     struct stat st;
-    s->path = pf__strdup(path);
+    s->path = pf__rd_strdup(&t->rd.al, path);
+    if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
     s->fd = open(path, O_RDONLY);
-    if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
     if (s->fd < 0 || fstat(s->fd, &st) != 0) {
         char err[PF__ERRNO_TEXT];
         return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path,
@@ -5277,6 +5335,7 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
     size_t n = sizeof pf__create_error;
     pf_result res = pf__rd_check(tc, cfg, out, "pf_tokens");
     pf_config before;
+    pf_allocator al;
     pf_tokens *t;
     uint32_t i;
     if (res != PF_OK) return res;
@@ -5291,12 +5350,14 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
         return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u%s)",
                            (unsigned)cfg->rank, (unsigned)cfg->world_size, cfg->world_size ? "" : ", the default 1"),
                 PF_ERR_INVALID_ARG);
-    t = (pf_tokens *)calloc(1, sizeof *t);
-    if (t) t->sh = (pf__tok_shard *)calloc(tc->num_paths, sizeof *t->sh);
+    al = pf_config_defaults(cfg).allocator;
+    t = (pf_tokens *)pf__rd_calloc(&al, 1, sizeof *t);
+    if (t) t->sh = (pf__tok_shard *)pf__rd_calloc(&al, tc->num_paths, sizeof *t->sh);
     if (!t || !t->sh) {
-        free(t);
-        return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
+        pf__rd_free(&al, t);
+        return (pf__format(why, n, "pf_tokens_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
     }
+    t->rd.al = al;
     t->bt = (uint64_t)tc->B * tc->T;
     t->world = cfg->world_size ? cfg->world_size : 1;
     t->rank = cfg->rank;
@@ -5365,14 +5426,18 @@ struct pf_tar {
     uint32_t max_parts;
 };
 
-static bool pf__grow_array(void **p, uint64_t *cap, uint64_t need, size_t elem) {
+/* Room for need elements in *p (cap of them now), doubling; the allocator
+   has no realloc: a new block, the old one copied and freed. */
+static bool pf__grow_array(const pf_allocator *a, void **p, uint64_t *cap, uint64_t need, size_t elem) {
     uint64_t c = *cap ? *cap : 64;
     void *q;
     if (need <= *cap) return true;
     while (c < need) c *= 2;
     if (c > SIZE_MAX / elem) return false;
-    q = realloc(*p, (size_t)(c * elem));
+    q = pf__rd_alloc(a, (size_t)(c * elem));
     if (!q) return false;
+    if (*p) memcpy(q, *p, (size_t)(*cap * elem));
+    pf__rd_free(a, *p);
     *p = q;
     *cap = c;
     return true;
@@ -5382,7 +5447,8 @@ static uint32_t pf__tar_name(pf_tar *t, const char *s, size_t len) { /* into the
     uint64_t cap = t->names_cap;
     size_t at = t->names_len;
     void *p = t->names;
-    if (!pf__grow_array(&p, &cap, (uint64_t)at + len + 1, 1) || at + len + 1 > UINT32_MAX) return UINT32_MAX;
+    if (!pf__grow_array(&t->rd.al, &p, &cap, (uint64_t)at + len + 1, 1) || at + len + 1 > UINT32_MAX)
+        return UINT32_MAX;
     t->names = (char *)p;
     t->names_cap = (size_t)cap;
     memcpy(t->names + at, s, len);
@@ -5463,13 +5529,17 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     /* longname: the next entry's name from a GNU long name or a pax path
        record (has_long, has_pax_path); it and the pax size apply to the next
        entry only, and are cleared by it */
-    char *name = (char *)malloc(PF__TAR_PATH), *longname = (char *)calloc(1, PF__TAR_PATH), *meta = NULL;
+    char *name = (char *)pf__rd_alloc(&t->rd.al, PF__TAR_PATH), *meta = NULL;
+    char *longname = (char *)pf__rd_calloc(&t->rd.al, 1, PF__TAR_PATH);
     bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false;
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
+#define PF__TAR_OOM() \
+    do { pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator) indexing %s", path); \
+         res = PF_ERR_NO_MEMORY; goto done; } while (0)
     if (!name || !longname) {
-        pf__format(why, n, "pf_tar_open: out of memory");
+        pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)");
         res = PF_ERR_NO_MEMORY;
         goto done;
     }
@@ -5515,9 +5585,9 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             if (size >= (uint64_t)PF__TAR_PATH * 4)
                 PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long", path,
                             type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos, (unsigned long long)size);
-            free(meta);
-            meta = (char *)malloc((size_t)size + 1);
-            if (!meta) PF__TAR_BAD("pf_tar_open: out of memory");
+            pf__rd_free(&t->rd.al, meta);
+            meta = (char *)pf__rd_alloc(&t->rd.al, (size_t)size + 1);
+            if (!meta) PF__TAR_OOM();
             if (pf__pread_full(fd, meta, (size_t)size, data) != (long long)size)
                 PF__TAR_BAD("pf_tar_open: %s: cannot read the record at byte %llu", path, (unsigned long long)pos);
             meta[size] = '\0';
@@ -5584,23 +5654,24 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                                     "already has a part named \"%s\"", path, name, (unsigned long long)pos,
                                     (int)key_len, name, dot + 1);
             }
-            if (!pf__grow_array((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
-                PF__TAR_BAD("pf_tar_open: out of memory");
+            if (!pf__grow_array(&t->rd.al, (void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
+                PF__TAR_OOM();
             p = &t->parts[t->nparts];
             p->off = data;
             p->size = size;
             p->name = pf__tar_name(t, dot + 1, strlen(dot + 1));
-            if (p->name == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
+            if (p->name == UINT32_MAX) PF__TAR_OOM();
             if (!same_key_run) {
                 pf__tar_sample *s;
-                if (!pf__grow_array((void **)&t->samples, &t->samples_cap, t->nsamples + 1, sizeof *t->samples))
-                    PF__TAR_BAD("pf_tar_open: out of memory");
+                if (!pf__grow_array(&t->rd.al, (void **)&t->samples, &t->samples_cap, t->nsamples + 1,
+                                    sizeof *t->samples))
+                    PF__TAR_OOM();
                 s = &t->samples[t->nsamples++];
                 memset(s, 0, sizeof *s);
                 s->first = t->nparts;
                 s->shard = shard;
                 s->key = pf__tar_name(t, name, key_len);
-                if (s->key == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
+                if (s->key == UINT32_MAX) PF__TAR_OOM();
                 prev_key_len = (uint32_t)key_len;
             }
             {
@@ -5628,11 +5699,12 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
                    "after a whole entry?); its entries up to there are read", path, (unsigned long long)pos);
 done:
-    free(name);
-    free(longname);
-    free(meta);
+    pf__rd_free(&t->rd.al, name);
+    pf__rd_free(&t->rd.al, longname);
+    pf__rd_free(&t->rd.al, meta);
     return res;
 #undef PF__TAR_BAD
+#undef PF__TAR_OOM
 }
 
 static int pf__tar_load(void *user, pf_job *job) {
@@ -5682,18 +5754,20 @@ static int pf__tar_load(void *user, pf_job *job) {
 PF_API uint64_t pf_tar_samples(const pf_tar *t) { return t ? t->nsamples : 0; }
 
 PF_API void pf_tar_close(pf_tar *t) {
+    pf_allocator al;
     uint32_t i;
     if (!t) return;
+    al = t->rd.al;
     for (i = 0; i < t->nshards; i++) {
         if (t->fds && t->fds[i] >= 0) close(t->fds[i]);
-        if (t->paths) free(t->paths[i]);
+        if (t->paths) pf__rd_free(&al, t->paths[i]);
     }
-    free(t->fds);
-    free(t->paths);
-    free(t->parts);
-    free(t->samples);
-    free(t->names);
-    free(t);
+    pf__rd_free(&al, t->fds);
+    pf__rd_free(&al, t->paths);
+    pf__rd_free(&al, t->parts);
+    pf__rd_free(&al, t->samples);
+    pf__rd_free(&al, t->names);
+    pf__rd_free(&al, t);
 }
 
 PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **out) {
@@ -5701,6 +5775,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
     size_t n = sizeof pf__create_error;
     pf_result res = pf__rd_check(tc, cfg, out, "pf_tar");
     pf_config before;
+    pf_allocator al;
     pf_tar *t;
     uint32_t i;
     if (res != PF_OK) return res;
@@ -5708,14 +5783,16 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
     before = *cfg;
     if (!tc->paths || !tc->num_paths)
         return (pf__format(why, n, "pf_tar_open: no shards: set paths and num_paths"), PF_ERR_INVALID_ARG);
-    t = (pf_tar *)calloc(1, sizeof *t);
+    al = pf_config_defaults(cfg).allocator;
+    t = (pf_tar *)pf__rd_calloc(&al, 1, sizeof *t);
     if (t) {
-        t->paths = (char **)calloc(tc->num_paths, sizeof(char *));
-        t->fds = (int *)malloc(tc->num_paths * sizeof(int));
+        t->rd.al = al;
+        t->paths = (char **)pf__rd_calloc(&al, tc->num_paths, sizeof(char *));
+        t->fds = (int *)pf__rd_calloc(&al, tc->num_paths, sizeof(int));
     }
     if (!t || !t->paths || !t->fds) {
         pf_tar_close(t);
-        return (pf__format(why, n, "pf_tar_open: out of memory"), PF_ERR_NO_MEMORY);
+        return (pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
     }
     t->rd.log = cfg->log; /* the index warns through it */
     t->rd.log_user = cfg->log_user;
@@ -5727,9 +5804,9 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
             res = PF_ERR_INVALID_ARG;
             break;
         }
-        t->paths[i] = pf__strdup(tc->paths[i]);
+        t->paths[i] = pf__rd_strdup(&al, tc->paths[i]);
         if (!t->paths[i]) {
-            pf__format(why, n, "pf_tar_open: out of memory");
+            pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)");
             res = PF_ERR_NO_MEMORY;
             break;
         }

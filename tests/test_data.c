@@ -1780,6 +1780,181 @@ static void test_tar_files_without_an_extension_are_left_out(void) {
     tmp_end();
 }
 
+/* ---- every byte a reader allocates goes through cfg.allocator ---- */
+enum { AR_RECORDS, AR_RECORDS_GROWING, AR_RECORDS_DIRECT, AR_TOKENS, AR_TAR, AR_KINDS };
+static const char *const ar_names[AR_KINDS] = {"records", "records (growing list)", "records (O_DIRECT)", "tokens",
+                                               "tar"};
+static char ar_files[4][300];
+static const char *ar_pp[4];
+/* every reader's files, under a fresh tmpdir (tmp_end removes them) */
+static void ar_begin(void) {
+    tmp_begin();
+    for (uint32_t f = 0; f < 2; f++) {
+        tmp_path(ar_files[f], sizeof ar_files[f], "r%u.bin", f);
+        write_records(ar_files[f], f, 30 + f, 5);
+        ar_pp[f] = ar_files[f];
+    }
+    for (uint32_t f = 0; f < 7; f++) { /* grow_path's */
+        tmp_path(grow_paths[f], sizeof grow_paths[f], "g%u.bin", f);
+        write_records(grow_paths[f], f, 20 + f, 0);
+    }
+    tmp_path(ar_files[2], sizeof ar_files[2], "tok.bin");
+    write_tokens(ar_files[2], 0, 700, 20240520, 0);
+    ar_pp[2] = ar_files[2];
+    tmp_path(ar_files[3], sizeof ar_files[3], "s.tar");
+    write_tar(ar_files[3], 0, NTAR);
+    ar_pp[3] = ar_files[3];
+}
+static int k_as_is(void *user, pf_sample *s) { return (void)user, r_as_is(s); }
+static int r_as_is_step(void *user, pf_sample *s) { return (void)user, r_as_is(s); }
+/* open reader `kind` on cfg; *reader for ar_close */
+static pf_result ar_open(int kind, pf_config *cfg, void **reader) {
+    pf_result r;
+    *reader = NULL;
+    if (kind == AR_TOKENS) {
+        pf_tokens_config tc = k_config(ar_pp + 2, 1, 2, 16);
+        pf_tokens *t = NULL;
+        tc.step = k_as_is;
+        r = pf_tokens_open(&tc, cfg, &t);
+        *reader = t;
+    } else if (kind == AR_TAR) {
+        pf_tar_config tc = tar_config(ar_pp + 3, 1);
+        pf_tar *t = NULL;
+        tc.step = t_step; /* skips a few: cfg.bad_samples = PF_BAD_SKIP */
+        tc.sample_bytes = 5;
+        r = pf_tar_open(&tc, cfg, &t);
+        *reader = t;
+    } else {
+        pf_records_config rc = r_config(ar_pp, 2);
+        pf_records *rd = NULL;
+        if (kind == AR_RECORDS_GROWING) {
+            rc = r_config(NULL, 0);
+            rc.path_fn = grow_path; /* a view per epoch, files opened as epochs are planned */
+        }
+        rc.direct = kind == AR_RECORDS_DIRECT;
+        if (kind != AR_RECORDS_DIRECT) rc.step = r_as_is_step; /* a per-worker buffer */
+        r = pf_records_open(&rc, cfg, &rd);
+        *reader = rd;
+    }
+    return r;
+}
+static void ar_close(int kind, void *reader) {
+    if (kind == AR_TOKENS) pf_tokens_close((pf_tokens *)reader);
+    else if (kind == AR_TAR) pf_tar_close((pf_tar *)reader);
+    else pf_records_close((pf_records *)reader);
+}
+/* t_alloc, counting the allocations made on the library's threads (the
+   workers': their read buffers, a growing list's next epoch) */
+static pthread_t ar_main;
+static long ar_off_thread;
+static void *ar_alloc(size_t size, void *user) {
+    if (!pthread_equal(pthread_self(), ar_main)) __atomic_fetch_add(&ar_off_thread, 1, __ATOMIC_RELAXED);
+    return t_alloc(size, user);
+}
+/* one whole run of reader `kind` on allocator a: how each step ended, and
+   what a held and had counted along the way */
+typedef struct ar_out {
+    pf_result open, create, run;
+    char err[512];
+    long live_open, live_destroyed, off_thread;
+} ar_out;
+static void ar_run(int kind, talloc *a, ar_out *o) {
+    pf_config cfg = t_config_base(0, 4, 0, 3);
+    void *rd = NULL;
+    tcons t;
+    memset(o, 0, sizeof *o);
+    cfg.allocator.alloc_fn = ar_alloc;
+    cfg.allocator.free_fn = t_free;
+    cfg.allocator.user_data = a;
+    cfg.bad_samples = PF_BAD_SKIP;
+    cfg.num_workers = 2;
+    ar_main = pthread_self();
+    __atomic_store_n(&ar_off_thread, 0, __ATOMIC_RELAXED);
+    o->create = o->run = PF_TIMEOUT; /* not reached */
+    o->open = ar_open(kind, &cfg, &rd);
+    o->live_open = a->live;
+    if (o->open != PF_OK) {
+        snprintf(o->err, sizeof o->err, "%s", pf_error(NULL));
+        CHECK(rd == NULL);
+        CHECK(cfg.load == NULL); /* cfg as it was */
+        return;
+    }
+    t_begin(&t, h_seed);
+    o->create = t_create(&t, &cfg);
+    if (o->create == PF_OK) {
+        o->run = d_drain(&t, NULL, NULL, 100000);
+        snprintf(o->err, sizeof o->err, "%s", pf_error(t.l));
+    } else {
+        snprintf(o->err, sizeof o->err, "%s", pf_error(NULL));
+    }
+    t_end(&t); /* the workers' buffers go with the loader */
+    o->off_thread = __atomic_load_n(&ar_off_thread, __ATOMIC_RELAXED);
+    o->live_destroyed = a->live;
+    ar_close(kind, rd);
+}
+
+/* the readers' index, bookkeeping, file records and per-worker buffers are
+   all the caller's allocator's, and all of it comes back: the loader's by
+   pf_destroy, the reader's by its close */
+static void test_readers_allocate_through_cfg_allocator(void) {
+    ar_begin();
+    for (int kind = 0; kind < AR_KINDS; kind++) {
+        talloc a;
+        ar_out o;
+        t_alloc_init(&a, 0);
+        ar_run(kind, &a, &o);
+        CHECKF(o.open == PF_OK && o.create == PF_OK && o.run == PF_END_OF_DATA, "%s: %s", ar_names[kind], o.err);
+        CHECKF(o.live_open > 0, "%s: the open allocated nothing through cfg.allocator", ar_names[kind]);
+        CHECKF(o.off_thread >= 1, "%s: no worker state through cfg.allocator", ar_names[kind]);
+        /* the loader's and the workers' came back with pf_destroy (a growing
+           list keeps the files of its latest epochs until the close) */
+        if (kind == AR_RECORDS_GROWING)
+            CHECK(o.live_destroyed >= o.live_open);
+        else
+            CHECKF(o.live_destroyed == o.live_open, "%s: %ld blocks after pf_destroy, %ld after the open",
+                   ar_names[kind], o.live_destroyed, o.live_open);
+        CHECKF(a.live == 0 && a.bytes == 0, "%s: %ld blocks (%zu bytes) not given back", ar_names[kind], a.live,
+               a.bytes);
+        pthread_mutex_destroy(&a.mu);
+    }
+    tmp_end();
+}
+
+/* an allocator that fails once, at every allocation a whole run makes in
+   turn: the open, pf_create or pf_next fails, saying "out of memory", and
+   every block comes back (ASan: nothing else leaks either) */
+static void test_readers_fail_cleanly_without_memory(void) {
+    ar_begin();
+    for (int kind = 0; kind < AR_KINDS; kind++) {
+        talloc a;
+        ar_out o;
+        long total;
+        int failed = 0;
+        t_alloc_init(&a, 0);
+        ar_run(kind, &a, &o);
+        total = a.total;
+        pthread_mutex_destroy(&a.mu);
+        for (long n = 1; n <= total + 4; n++) {
+            t_alloc_init(&a, n);
+            ar_run(kind, &a, &o);
+            if (a.total >= n) { /* it was asked for, and failed */
+                bool clean = o.open == PF_ERR_NO_MEMORY || o.create == PF_ERR_NO_MEMORY || o.run == PF_ERR_LOAD;
+                failed++;
+                CHECKF(clean, "%s, allocation %ld failing: open %d, create %d, run %d: %s", ar_names[kind], n,
+                       (int)o.open, (int)o.create, (int)o.run, o.err);
+                CHECKF(strstr(o.err, "out of memory") != NULL, "%s, allocation %ld failing: %s", ar_names[kind], n,
+                       o.err);
+            } else {
+                CHECKF(o.run == PF_END_OF_DATA, "%s: %s", ar_names[kind], o.err);
+            }
+            CHECKF(a.live == 0, "%s, allocation %ld failing: %ld blocks not given back", ar_names[kind], n, a.live);
+            pthread_mutex_destroy(&a.mu);
+        }
+        CHECK(failed >= 5);
+    }
+    tmp_end();
+}
+
 /* the caller's worker hooks run inside the reader's, with the caller's user */
 static int rs_step(void *user, pf_sample *s) {
     wcount *wc = (wcount *)user;
@@ -1850,6 +2025,8 @@ static const h_test tests[] = {
     {"tar_pax_and_long_names_name_one_entry", test_tar_pax_and_long_names_name_one_entry},
     {"tar_duplicates_and_odd_archives_are_named", test_tar_duplicates_and_odd_archives_are_named},
     {"tar_files_without_an_extension_are_left_out", test_tar_files_without_an_extension_are_left_out},
+    {"readers_allocate_through_cfg_allocator", test_readers_allocate_through_cfg_allocator},
+    {"readers_fail_cleanly_without_memory", test_readers_fail_cleanly_without_memory},
     {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
 };
 
