@@ -377,7 +377,13 @@ typedef struct pf_config {
                                   PF_ERR_INVALID_ARG): the run stops
                                   (PF_ERR_LOAD) once more samples than this
                                   were skipped, counted in batch order and
-                                  across resumes (the token carries the count) */
+                                  across resumes (the token carries the count):
+                                  it stops at the first batch, in batch order,
+                                  that takes the count past the limit, after
+                                  every batch before it and none after it.
+                                  Unordered too, whatever order loads finish
+                                  in: near the limit a batch waits for the
+                                  loads before it to know its place        */
     const void *bad_marker;    /* PF_BAD_MARK: the bytes that replace a bad    */
     size_t bad_marker_bytes;   /* sample (one sample's worth; kept by pointer,
                                   valid while the loader lives)               */
@@ -1374,6 +1380,7 @@ struct pf_loader {
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__skip_account(pf_loader *l, pf__slot *s);
+static bool pf__skip_may_take(const pf_loader *l, const pf__slot *s);
 static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm);
 static void pf__worker_up(pf_loader *l, pf__worker *w);
 static void pf__worker_down(pf_loader *l, pf__worker *w);
@@ -1911,7 +1918,8 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         uint32_t i;
         for (i = 0; i < l->ready_count; i++) {
             uint32_t k = (l->ready_head + i) % l->nslots;
-            if (l->slots[l->ready_fifo[k]].epoch == l->take_epoch) break;
+            if (l->slots[l->ready_fifo[k]].epoch == l->take_epoch && pf__skip_may_take(l, &l->slots[l->ready_fifo[k]]))
+                break;
         }
         if (i == l->ready_count) return PF__WAIT;
         s = &l->slots[l->ready_fifo[(l->ready_head + i) % l->nslots]];
@@ -4354,10 +4362,25 @@ static void pf__worker_down(pf_loader *l, pf__worker *w) {
    up from the end), and turns positions into sample indices. Everything it
    decides depends on the batch alone, never on timing: the same batches
    with the same skips on every run, and a resumed run (its token counts
-   batches, not samples) sees the same. The limit is applied where batches
-   are taken in order (pf__skip_account), so the run stops at the same
-   batch every time; the count goes on from the token's skipped= after a
-   resume (pf__batch_samples counts the delivered ones for it). */
+   batches, not samples) sees the same.
+   cfg.bad_limit, defined in batch order: the run stops at batch B, the
+   first (in batch order, across epochs) at which the bad samples of B and
+   of every batch before it pass the limit; every batch before B is
+   delivered, B and every batch after it are not, and pf_next returns
+   PF_ERR_LOAD naming B. In order the taker meets the batches in that order
+   and counts as it takes (pf__skip_account). Unordered it takes them as
+   they complete, so it takes a batch only once it is sure the batch lies
+   before B (pf__skip_may_take): counted so far, plus the batch, plus every
+   batch of the epoch before it not yet taken (loaded: its count; loading:
+   batch_size, the most it can have) is within the limit; or the batch is
+   the first not yet taken, so its count is exact and it is B if it passes.
+   Far from the limit that holds at once and batches flow as they complete;
+   near it a batch waits for the loads before it. So which batch stops the
+   run, and the batches delivered before it, depend on the data alone, as
+   in order. The count goes on from the token's skipped= after a resume
+   (pf__batch_samples counts the delivered ones for it); the batches a
+   token lists as delivered past its first missing one all lie before B,
+   so the count a resumed run reaches at B is the uninterrupted run's. */
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     (void)l;
     w->slot = s;
@@ -4476,6 +4499,32 @@ static void pf__skip_account(pf_loader *l, pf__slot *s) {
                    (unsigned long long)l->st_skipped, (unsigned long long)l->cfg.bad_limit, first);
         s->result = PF_ERR_LOAD;
     }
+}
+
+/* Unordered, with cfg.bad_limit (lock held): may the taker take s, a
+   loaded batch of its epoch, now? Yes when s lies before the batch that
+   stops the run whatever the loads still running hold, or s is the first
+   batch of the epoch not yet taken (pf__skip_account then decides). Every
+   batch of the epoch before s is claimed (claims go in batch order; those
+   a resume token lists were delivered, and are in st_skipped), so the
+   ones not yet taken are in slots, loading or loaded; their epoch and
+   batch are set under the lock at the claim, their count at the publish. */
+static bool pf__skip_may_take(const pf_loader *l, const pf__slot *s) {
+    uint64_t bound;
+    uint32_t i;
+    bool first = true;
+    if (!l->cfg.bad_limit) return true;
+    bound = l->st_skipped + (s->result == PF_OK ? s->sm.skipped : 0);
+    for (i = 0; i < l->nslots; i++) {
+        const pf__slot *o = &l->slots[i];
+        if ((o->state != PF__SLOT_LOADING && o->state != PF__SLOT_READY) || o->epoch != s->epoch ||
+            o->batch >= s->batch)
+            continue;
+        first = false;
+        if (o->state == PF__SLOT_LOADING) bound += l->cfg.batch_size;
+        else if (o->result == PF_OK) bound += o->sm.skipped;
+    }
+    return first || bound <= l->cfg.bad_limit;
 }
 
 /* A batch is delivered (lock held): its packed offsets and bad samples,

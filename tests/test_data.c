@@ -537,6 +537,117 @@ static void test_bad_limit_resumes_where_it_stopped(void) {
     }
 }
 
+/* Unordered delivery applies cfg.bad_limit in batch order too: whichever
+   loads finish first, the run stops at the batch an in-order run stops at,
+   after exactly the batches before it, with the same message and count;
+   and so does one stopped at a checkpoint and resumed on other timings */
+typedef struct uspec {
+    pspec p;
+    int pattern; /* which loads are slow: 0 none, 1 every 4th, 2 the 4th-but-last of each 4, 3 random */
+} uspec;
+static int u_load(void *user, pf_job *job) {
+    const uspec *u = (const uspec *)user;
+    unsigned us = u->pattern == 1 ? (job->batch % 4 == 0 ? 3000u : 0u)
+                : u->pattern == 2 ? (job->batch % 4 == 3 ? 3000u : 0u)
+                : u->pattern == 3 ? (unsigned)(job->rng % 2000u) : 0u;
+    if (us) t_sleep_us(us);
+    return p_load((void *)&u->p, job);
+}
+#define UB_BATCHES 100 /* per epoch: 800 samples in batches of 8 */
+typedef struct ub_end {
+    pf_result r;
+    uint64_t skipped;
+    size_t n;
+    char err[512];
+} ub_end;
+/* a run of 2 epochs (from resume, if set) until the limit stops it or
+   stop_after batches (then *token); seen counts each (epoch, batch) */
+static void ub_run(uspec *u, bool unordered, const char *resume, size_t stop_after, char *token, size_t token_n,
+                   uint8_t *seen, ub_end *end) {
+    tcons c;
+    pf_stats st;
+    pf_config cfg = t_config_base(800, 8, 8 * 120, 2);
+    cfg.load = u_load;
+    cfg.user = u;
+    cfg.shuffle = true;
+    cfg.seed = 5;
+    cfg.num_workers = 4;
+    cfg.unordered = unordered;
+    cfg.bad_samples = PF_BAD_SKIP;
+    cfg.bad_limit = 60; /* about 73 bad samples an epoch: it stops in the middle of the first */
+    cfg.resume = resume;
+    memset(end, 0, sizeof *end);
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r;
+        if (end->n == stop_after) {
+            CHECK_EQ(pf_checkpoint(c.l, token, token_n), PF_OK);
+            end->r = PF_OK;
+            break;
+        }
+        r = pf_next(c.l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            end->r = r;
+            snprintf(end->err, sizeof end->err, "%s", pf_error(c.l));
+            break;
+        }
+        CHECK(b.epoch < 2 && b.batch < UB_BATCHES);
+        if (b.epoch < 2 && b.batch < UB_BATCHES) seen[b.epoch * UB_BATCHES + b.batch]++;
+        end->n++;
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    pf_get_stats(c.l, &st);
+    end->skipped = st.skipped;
+    t_end(&c);
+}
+static void test_bad_limit_unordered_is_in_batch_order(void) {
+    uspec u;
+    uint8_t want[2 * UB_BATCHES], seen[2 * UB_BATCHES];
+    char token[1024];
+    ub_end ref, e, e2;
+    size_t last = 0;
+    memset(&u, 0, sizeof u);
+    u.p.policy = PF_BAD_SKIP;
+    u.p.bad_every = 11;
+    u.p.bad_at = 4;
+    memset(want, 0, sizeof want);
+    ub_run(&u, false, NULL, (size_t)-1, NULL, 0, want, &ref); /* in order: the definition */
+    CHECK_EQ(ref.r, PF_ERR_LOAD);
+    CHECK_CONTAINS(ref.err, "more than cfg.bad_limit (60)");
+    CHECK(ref.n > 20 && ref.n < UB_BATCHES); /* stopped inside the first epoch */
+    for (size_t k = 0; k < 2 * UB_BATCHES; k++) {
+        CHECK_EQ(want[k], k < ref.n ? 1 : 0); /* exactly the batches before the one that stops it */
+        if (want[k]) last = k;
+    }
+    CHECK_EQ(last + 1, ref.n);
+    for (int pattern = 0; pattern < 4; pattern++) {
+        u.pattern = pattern;
+        memset(seen, 0, sizeof seen);
+        ub_run(&u, true, NULL, (size_t)-1, NULL, 0, seen, &e);
+        CHECKF(e.r == PF_ERR_LOAD && !strcmp(e.err, ref.err), "timing %d: \"%s\", in order: \"%s\"", pattern, e.err,
+               ref.err);
+        CHECKF(!memcmp(seen, want, sizeof seen), "timing %d: %zu batches delivered, in order %zu", pattern, e.n, ref.n);
+        CHECK_EQ(e.skipped, ref.skipped);
+    }
+    /* stopped at a checkpoint and resumed, each part on its own timings */
+    for (size_t stop = 7; stop < ref.n; stop += 19) {
+        memset(seen, 0, sizeof seen);
+        u.pattern = 1;
+        ub_run(&u, true, NULL, stop, token, sizeof token, seen, &e);
+        CHECK_EQ(e.r, PF_OK);
+        u.pattern = 2;
+        ub_run(&u, true, token, (size_t)-1, NULL, 0, seen, &e2);
+        CHECKF(e2.r == PF_ERR_LOAD && !strcmp(e2.err, ref.err), "stop %zu: \"%s\", in order: \"%s\"", stop, e2.err,
+               ref.err);
+        CHECKF(!memcmp(seen, want, sizeof seen), "stop %zu: %zu + %zu batches delivered, in order %zu", stop, e.n, e2.n,
+               ref.n);
+        CHECK_EQ(e2.skipped, ref.skipped);
+    }
+}
+
 /* skipped= is read as strictly as every other field; a limit that the
    token's count is already past, or a limit STOP would never reach, is
    named at pf_create */
@@ -2004,6 +2115,7 @@ static const h_test tests[] = {
     {"skip_is_resume_safe", test_skip_is_resume_safe},
     {"bad_limit_resumes_where_it_stopped", test_bad_limit_resumes_where_it_stopped},
     {"bad_limit_and_skipped_token_misuse", test_bad_limit_and_skipped_token_misuse},
+    {"bad_limit_unordered_is_in_batch_order", test_bad_limit_unordered_is_in_batch_order},
     {"misuse_is_a_clear_load_error", test_misuse_is_a_clear_load_error},
     {"records_raw_in_order", test_records_raw_in_order},
     {"records_raw_shuffled", test_records_raw_shuffled},
