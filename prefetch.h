@@ -147,6 +147,8 @@
        host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host;
                                    touched once in pf_create, so resident)
        GPU:   device_slots * stride (CUDA backend)
+       and on CUDA an offsets table per slot, host (pinned) and device:
+       (batch_size + 1) * 8 bytes rounded up to 256, for packed batches
      except with autotune, where host slots follow the active workers: the
      ring starts with what one worker needs and grows (a block per growth,
      allocated by a worker) as autotune adds workers, up to host_slots; it
@@ -191,7 +193,9 @@
      as job->worker_state; cfg.worker_stop frees it on the same thread
      (when the worker exits, is destroyed, or autotune parks it).
      Samples of different sizes: pf_job_append(job, bytes) packs them; the
-     batch carries offsets and only the bytes used are copied.
+     batch carries offsets (b.offsets, host memory; on CUDA also
+     b.dev_offsets, the same on the device for your kernels) and only the
+     bytes used are copied.
      Bad samples: pf_job_skip(job, i, why) with cfg.bad_samples SKIP or
      MARK goes on, listed in the batch (skipped_indices) and counted in
      pf_stats.skipped, until cfg.bad_limit; the default stops the run.
@@ -411,6 +415,13 @@ typedef struct pf_batch {
                                   + 1 byte offsets into data, sample i is
                                   [offsets[i], offsets[i+1]); host memory.
                                   NULL when the load wrote the slot itself    */
+    const uint64_t *dev_offsets; /* CUDA, packed batches: the same count + 1
+                                  offsets in device memory, for a kernel on
+                                  cfg.stream (copied behind the batch on the
+                                  copy stream: ordered before your kernels as
+                                  data is). NULL on the host backend and for
+                                  batches that are not packed. Valid until
+                                  pf_release, like data                      */
     uint32_t skipped;          /* bad samples skipped or marked in this batch  */
     const uint64_t *skipped_indices; /* their sample indices (skipped of them) */
     /* private: lets pf_release tell a live batch from a stale or foreign one */
@@ -545,7 +556,9 @@ PF_API bool pf_job_cancelled(const pf_job *job);
    next sample's bytes right after the previous one and returns where to
    write them (NULL: it does not fit in the slot, or every sample is already
    there; the job has failed, return non-zero). The batch then carries
-   offsets; job->bytes is kept at the bytes used, and only those are copied
+   offsets (b.offsets; CUDA: b.dev_offsets too, copied behind the batch, so
+   a kernel on cfg.stream finds sample i at data + dev_offsets[i]);
+   job->bytes is kept at the bytes used, and only those are copied
    to the GPU. Append one per sample of job->indices, in order, except the
    ones pf_job_skip reported. */
 PF_API void *pf_job_append(pf_job *job, size_t bytes);
@@ -574,7 +587,7 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF
    worker's read buffer on that worker's thread; a failure is
    PF_ERR_NO_MEMORY from the open, or PF_ERR_LOAD from pf_next, saying "out
    of memory"), and all of it is back by the close (the buffers by
-   pf_destroy). Every batch is packed (offsets);
+   pf_destroy). Every batch is packed (offsets, and dev_offsets on CUDA);
    each sample is either the raw bytes, or what your step writes from them:
    decode, augment. A step returns 0, or the result of pf_job_fail /
    pf_job_skip(s->job, s->i, ...) to fail or drop the sample. The readers
@@ -2740,6 +2753,22 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
     return PF_OK;
 }
 
+/* Packed batches' offsets (>>samples) on the device: count + 1 words, in a
+   table per device slot after the device slots, staged through a pinned
+   table per host slot (the host slot's, so it is reused only once the
+   retirer saw the copy that read it, as the slot is), all host_slots of
+   them before the first pinned slot: autotune grows the slots, in blocks
+   of their own, and the tables stay where they are. */
+static size_t pf__offsets_stride(const pf_loader *l) {
+    return (((size_t)l->cfg.batch_size + 1) * sizeof(uint64_t) + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+}
+static uint64_t *pf__dev_offsets(const pf_loader *l, uint32_t d) {
+    return (uint64_t *)(l->cu.dev + (size_t)l->cfg.device_slots * l->stride + (size_t)d * pf__offsets_stride(l));
+}
+static uint64_t *pf__pinned_offsets(const pf_loader *l, uint32_t h) {
+    return (uint64_t *)(l->cu.pinned + (size_t)h * pf__offsets_stride(l));
+}
+
 /* Pinned block, device block, copy stream, and the events. Flags: the
    per-batch events (copied, released) are only waited on by streams and
    queried, so DisableTiming alone, which the runtime says performs best for
@@ -2752,6 +2781,8 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = &l->cu;
     size_t host_bytes = (size_t)l->nalloc * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
+    size_t host_off = (size_t)l->nslots * pf__offsets_stride(l);
+    size_t dev_off = (size_t)l->cfg.device_slots * pf__offsets_stride(l);
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
                    timed = cudaEventDefault, timed_wait = cudaEventBlockingSync;
     char m[PF__MSG_SIZE];
@@ -2762,6 +2793,13 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     cu->device = l->cfg.cuda_device;
     cu->consumer = (cudaStream_t)l->cfg.stream;
     cu->last_released = -1;
+    if (host_bytes > SIZE_MAX - host_off || dev_bytes > SIZE_MAX - dev_off) {
+        pf__format(why, n, "pf_create: host_slots and device_slots of %llu bytes and their offsets tables do not "
+                   "fit in memory", (unsigned long long)l->stride);
+        return PF_ERR_NO_MEMORY;
+    }
+    host_bytes += host_off;
+    dev_bytes += dev_off;
     pf__cuda_ctx_init(cu);
 #define PF__CUDA_TRY(call, code, ...)                                                                     \
     if ((e = (call)) != cudaSuccess) {                                                                    \
@@ -2775,12 +2813,13 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(pf__cuda_enter(l, &sv), pf__cuda_code(e), "cudaSetDevice(%d)", cu->device)
     PF__CUDA_TRY(cudaHostAlloc((void **)&cu->pinned, host_bytes, cudaHostAllocDefault),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
-                 "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu)", (unsigned long long)host_bytes,
-                 (unsigned)l->nalloc, (unsigned long long)l->stride)
+                 "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu, and %u offsets tables)",
+                 (unsigned long long)host_bytes, (unsigned)l->nalloc, (unsigned long long)l->stride,
+                 (unsigned)l->nslots)
     PF__CUDA_TRY(cudaMalloc((void **)&cu->dev, dev_bytes),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
-                 "cudaMalloc of %llu device bytes (device_slots %u x %llu)", (unsigned long long)dev_bytes,
-                 (unsigned)l->cfg.device_slots, (unsigned long long)l->stride)
+                 "cudaMalloc of %llu device bytes (device_slots %u x %llu, and their offsets tables)",
+                 (unsigned long long)dev_bytes, (unsigned)l->cfg.device_slots, (unsigned long long)l->stride)
     PF__CUDA_TRY(cudaStreamCreateWithFlags(&cu->copy, cudaStreamNonBlocking), pf__cuda_code(e),
                  "cudaStreamCreateWithFlags(copy stream, cudaStreamNonBlocking)")
 #ifdef PREFETCH_NVTX
@@ -2804,7 +2843,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
 #undef PF__CUDA_TRY
-    for (d = 0; d < l->nalloc; d++) l->slots[d].data = cu->pinned + (size_t)d * l->stride;
+    for (d = 0; d < l->nalloc; d++) l->slots[d].data = cu->pinned + host_off + (size_t)d * l->stride;
 done:
     if (r != PF_OK) (void)cudaGetLastError(); /* leave no error behind for the caller's next call */
     pf__cuda_leave(l, &sv);
@@ -2887,22 +2926,34 @@ static void pf__cuda_consumer_failed(pf_loader *l, const char *fn, const char *c
 }
 
 /* Copy host slot s into device slot d, ordered on the GPU after the
-   consumer's release of d, then record hdone[seq % nhdone] for the
-   retirer. Nothing
+   consumer's release of d, then a packed batch's offsets into d's table
+   (through s's pinned one: the stager owns s until the copy is queued, and
+   the retirer frees s only after hdone), then record copied[d], which
+   pf_next makes the consumer stream wait for, and hdone[seq % nhdone] for
+   the retirer. Nothing
    but GPU work goes into the copy stream: no host function, so consecutive
-   copies run back to back. No lock held. */
+   copies run back to back. No lock held: d's dslot is the stager's until
+   it is queued. */
 static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, uint64_t seq, char *why,
                           size_t n) {
     pf__cuda *cu = &l->cu;
+    const pf__dslot *ds = &cu->dslots[d];
+    size_t obytes = ((size_t)ds->count + 1) * sizeof(uint64_t);
     uint32_t k = (uint32_t)(seq % cu->nhdone);
     cudaError_t e;
     char what[PF__MSG_SIZE];
+    if (ds->sm.packed) memcpy(pf__pinned_offsets(l, s->index), ds->sm.mem, obytes);
     if ((e = cudaStreamWaitEvent(cu->copy, cu->released[d], 0)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaStreamWaitEvent(copy stream, released[%u])", (unsigned)d);
     } else if ((e = cudaMemcpyAsync(cu->dev + (size_t)d * l->stride, s->data, bytes, cudaMemcpyHostToDevice,
                                     cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaMemcpyAsync(%llu bytes, host slot %u -> device slot %u)",
                    (unsigned long long)bytes, (unsigned)s->index, (unsigned)d);
+    } else if (ds->sm.packed &&
+               (e = cudaMemcpyAsync(pf__dev_offsets(l, d), pf__pinned_offsets(l, s->index), obytes,
+                                    cudaMemcpyHostToDevice, cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaMemcpyAsync(%llu bytes of offsets, host slot %u -> device slot %u)",
+                   (unsigned long long)obytes, (unsigned)s->index, (unsigned)d);
     } else if ((e = cudaEventRecord(cu->copied[d], cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaEventRecord(copied[%u], copy stream)", (unsigned)d);
     } else if ((e = cudaEventRecord(cu->hdone[k], cu->copy)) != cudaSuccess) {
@@ -3208,6 +3259,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             pf__fill_batch(l, out, cu->dev + (size_t)it.slot * l->stride, ds->bytes, ds->epoch, ds->batch,
                            ds->indices, ds->count, ds->rng, ds->ticket, it.slot);
             pf__batch_samples(l, out, &ds->sm);
+            if (ds->sm.packed) out->dev_offsets = pf__dev_offsets(l, it.slot);
             return PF_OK;
         }
         /* nothing staged: with every device slot held, nothing can be */
@@ -4532,6 +4584,7 @@ static bool pf__skip_may_take(const pf_loader *l, const pf__slot *s) {
 static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm) {
     l->ck_skipped += sm->skipped;
     out->offsets = sm->packed ? sm->mem : NULL;
+    out->dev_offsets = NULL; /* the CUDA backend's take sets it */
     out->skipped = sm->skipped;
     out->skipped_indices = sm->skipped ? sm->mem + l->cfg.batch_size + 1 : NULL;
 }

@@ -35,6 +35,28 @@ static void d_run(void *arg) {
     free(d);
 }
 
+#ifdef TEST_SIM
+/* A packed batch's device offsets, read where a kernel would: they must be
+   its host offsets (and the rig checks the read is ordered after their copy) */
+typedef struct doffs {
+    const uint64_t *dev;
+    uint32_t count;
+    uint64_t want[1];
+} doffs;
+static int d_offsets_read; /* kernels that read them: atomic */
+static void d_offsets_check(void *arg) {
+    doffs *o = (doffs *)arg;
+    for (uint32_t i = 0; i <= o->count; i++)
+        if (o->dev[i] != o->want[i]) {
+            CHECKF(0, "device offsets[%u] = %llu, host %llu", i, (unsigned long long)o->dev[i],
+                   (unsigned long long)o->want[i]);
+            break;
+        }
+    __atomic_fetch_add(&d_offsets_read, 1, __ATOMIC_RELAXED);
+    free(o);
+}
+#endif
+
 static void d_read(tcons *c, const pf_batch *b, void (*fn)(const dsnap *), void *user) {
     dsnap *d = (dsnap *)calloc(1, sizeof *d);
     d->fn = fn;
@@ -53,9 +75,24 @@ static void d_read(tcons *c, const pf_batch *b, void (*fn)(const dsnap *), void 
     if (b->count) memcpy(d->indices, b->indices, b->count * sizeof(uint64_t));
     if (b->skipped) memcpy(d->skipped_indices, b->skipped_indices, b->skipped * sizeof(uint64_t));
 #ifdef TEST_SIM
+    if (b->offsets) { /* packed: the device has them too */
+        doffs *o = (doffs *)malloc(sizeof(doffs) + b->count * sizeof(uint64_t));
+        o->dev = b->dev_offsets;
+        o->count = b->count;
+        memcpy(o->want, b->offsets, (b->count + 1) * sizeof(uint64_t));
+        CHECK(b->dev_offsets != NULL);
+        if (b->dev_offsets)
+            CHECK(cudaSimLaunchKernel(c->stream, d_offsets_check, o, b->dev_offsets,
+                                      (b->count + 1) * sizeof(uint64_t)) == cudaSuccess);
+        else
+            free(o);
+    } else {
+        CHECK(b->dev_offsets == NULL);
+    }
     CHECK(cudaSimLaunchKernel(c->stream, d_run, d, b->data, b->bytes) == cudaSuccess);
 #else
     (void)c;
+    CHECK(b->dev_offsets == NULL); /* host memory only: b->offsets */
     d_run(d);
 #endif
 }
@@ -337,6 +374,28 @@ static void test_packed_variable_sizes(void) {
 #ifdef TEST_SIM
     CHECK_EQ(st.copy_bytes, want); /* ...and copied */
 #endif
+    free(t.seen);
+}
+
+/* CUDA: a packed batch's offsets are on the device too (b.dev_offsets), the
+   same as b.offsets, read by a kernel on the consumer stream ordered after
+   their copy (t_end: the rig saw no race); NULL when not packed, and on
+   the host backend (d_read checks each batch) */
+static void test_packed_offsets_on_the_device(void) {
+    pspec packed = {PF_BAD_SKIP, 9, 2, false}, fixed = {PF_BAD_STOP, 0, 0, true};
+    ptally t;
+    pf_stats st;
+    char err[512];
+#ifdef TEST_SIM
+    __atomic_store_n(&d_offsets_read, 0, __ATOMIC_RELAXED);
+#endif
+    CHECK_EQ(p_run(&packed, 600, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA); /* some skipped, some whole */
+    CHECK(st.skipped > 0);
+#ifdef TEST_SIM
+    CHECK_EQ((uint64_t)__atomic_load_n(&d_offsets_read, __ATOMIC_RELAXED), st.batches);
+#endif
+    free(t.seen);
+    CHECK_EQ(p_run(&fixed, 64, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA); /* written in place: none */
     free(t.seen);
 }
 
@@ -2107,6 +2166,7 @@ static const h_test tests[] = {
     {"worker_state_with_autotune", test_worker_state_with_autotune},
     {"worker_stop_without_init", test_worker_stop_without_init},
     {"packed_variable_sizes", test_packed_variable_sizes},
+    {"packed_offsets_on_the_device", test_packed_offsets_on_the_device},
     {"skip_drops_and_lists_bad_samples", test_skip_drops_and_lists_bad_samples},
     {"skip_every_sample_of_a_fixed_batch", test_skip_every_sample_of_a_fixed_batch},
     {"mark_packed_and_fixed", test_mark_packed_and_fixed},
