@@ -185,13 +185,18 @@
        host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host;
                                    touched once in pf_create, so resident)
        GPU:   device_slots * stride (CUDA backend)
+       and on CUDA an offsets table per slot, host (pinned) and device:
+       (batch_size + 1) * 8 bytes rounded up to 256, for packed batches
      except with autotune, where host slots follow the active workers: the
      ring starts with what one worker needs and grows (a block per growth,
      allocated by a worker) as autotune adds workers, up to host_slots; it
      never shrinks. pf_stats.host_slots counts the slots with memory.
      where stride = batch_bytes rounded up to 256, so that every slot starts
      256-byte aligned for vector loads. Plus small bookkeeping through
-     cfg.allocator (indices: batch_size * 8 bytes per slot).
+     cfg.allocator (indices: batch_size * 8 bytes per slot). A reader
+     (pf_records_open, ...) allocates through the cfg.allocator it is
+     opened with as well: its index at the open, a growing file list's
+     files as epochs are planned, a read buffer per worker.
 
    ERRORS AND LOGGING
 
@@ -226,7 +231,9 @@
      as job->worker_state; cfg.worker_stop frees it on the same thread
      (when the worker exits, is destroyed, or autotune parks it).
      Samples of different sizes: pf_job_append(job, bytes) packs them; the
-     batch carries offsets and only the bytes used are copied.
+     batch carries offsets (b.offsets, host memory; on CUDA also
+     b.dev_offsets, the same on the device for your kernels) and only the
+     bytes used are copied.
      Bad samples: pf_job_skip(job, i, why) with cfg.bad_samples SKIP or
      MARK goes on, listed in the batch (skipped_indices) and counted in
      pf_stats.skipped, until cfg.bad_limit; the default stops the run.
@@ -338,7 +345,9 @@ typedef enum pf_bad_policy {
     PF_BAD_MARK      /* cfg.bad_marker takes the sample's place                 */
 } pf_bad_policy;
 
-/* Host bookkeeping memory (and the host backend's slots). Both or neither. */
+/* Host bookkeeping memory, the host backend's slots, and everything the
+   readers allocate. Both or neither. Called from the library's threads
+   too (workers, as they start or grow the ring): it must be thread-safe. */
 typedef struct pf_allocator {
     void *(*alloc_fn)(size_t size, void *user_data);
     void (*free_fn)(void *ptr, void *user_data);
@@ -410,7 +419,13 @@ typedef struct pf_config {
                                   PF_ERR_INVALID_ARG): the run stops
                                   (PF_ERR_LOAD) once more samples than this
                                   were skipped, counted in batch order and
-                                  across resumes (the token carries the count) */
+                                  across resumes (the token carries the count):
+                                  it stops at the first batch, in batch order,
+                                  that takes the count past the limit, after
+                                  every batch before it and none after it.
+                                  Unordered too, whatever order loads finish
+                                  in: near the limit a batch waits for the
+                                  loads before it to know its place        */
     const void *bad_marker;    /* PF_BAD_MARK: the bytes that replace a bad    */
     size_t bad_marker_bytes;   /* sample (one sample's worth; kept by pointer,
                                   valid while the loader lives)               */
@@ -438,6 +453,13 @@ typedef struct pf_batch {
                                   + 1 byte offsets into data, sample i is
                                   [offsets[i], offsets[i+1]); host memory.
                                   NULL when the load wrote the slot itself    */
+    const uint64_t *dev_offsets; /* CUDA, packed batches: the same count + 1
+                                  offsets in device memory, for a kernel on
+                                  cfg.stream (copied behind the batch on the
+                                  copy stream: ordered before your kernels as
+                                  data is). NULL on the host backend and for
+                                  batches that are not packed. Valid until
+                                  pf_release, like data                      */
     uint32_t skipped;          /* bad samples skipped or marked in this batch  */
     const uint64_t *skipped_indices; /* their sample indices (skipped of them) */
     /* private: lets pf_release tell a live batch from a stale or foreign one */
@@ -576,7 +598,9 @@ PF_API bool pf_job_cancelled(const pf_job *job);
    next sample's bytes right after the previous one and returns where to
    write them (NULL: it does not fit in the slot, or every sample is already
    there; the job has failed, return non-zero). The batch then carries
-   offsets; job->bytes is kept at the bytes used, and only those are copied
+   offsets (b.offsets; CUDA: b.dev_offsets too, copied behind the batch, so
+   a kernel on cfg.stream finds sample i at data + dev_offsets[i]);
+   job->bytes is kept at the bytes used, and only those are copied
    to the GPU. Append one per sample of job->indices, in order, except the
    ones pf_job_skip reported. */
 PF_API void *pf_job_append(pf_job *job, size_t bytes);
@@ -599,7 +623,13 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) PF__PRINTF
    the open: with cfg.batch_bytes 0 the open sizes the slots from it
    (batch_size samples; 0 is refused then). Set cfg.worker_init and
    cfg.worker_stop (and cfg.user for them) before the open: the reader keeps
-   them and runs them as you would expect. Every batch is packed (offsets);
+   them and runs them as you would expect. So with cfg.allocator: every byte
+   a reader allocates goes through the one set at the open (its index and
+   bookkeeping then, a growing list's files as epochs are planned, each
+   worker's read buffer on that worker's thread; a failure is
+   PF_ERR_NO_MEMORY from the open, or PF_ERR_LOAD from pf_next, saying "out
+   of memory"), and all of it is back by the close (the buffers by
+   pf_destroy). Every batch is packed (offsets, and dev_offsets on CUDA);
    each sample is either the raw bytes, or what your step writes from them:
    decode, augment. A step returns 0, or the result of pf_job_fail /
    pf_job_skip(s->job, s->i, ...) to fail or drop the sample. The readers
@@ -696,14 +726,23 @@ PF_API void pf_tokens_close(pf_tokens *t);
 
 /* Tar shards of files, grouped like WebDataset: consecutive files with the
    same key (the path up to the first dot of its last component) are one
-   sample, its parts named by the rest ("KEY.jpg" + "KEY.cls"). ustar, pax
+   sample, its parts named by the rest, the extension ("KEY.jpg" +
+   "KEY.cls"; "d/KEY.seg.png" is part "seg.png" of key "d/KEY"). ustar, pax
    (path, size) and GNU long names, each naming the next entry only (what
    tar --format=posix writes); indexed once at open (headers only). As in
-   WebDataset, files whose name starts with '.' are left out, and two
-   parts of one name in a sample ("a.jpg" twice) refuse the open naming the
-   shard and the key. A shard cut after a whole entry (no end-of-archive
-   blocks) is read up to there, with a PF_LOG_WARN through cfg.log.
-   Without a step a sample is its parts' bytes back to back. */
+   WebDataset (whose key/extension split yields nothing for them):
+     - a file whose name starts with '.' is left out;
+     - a file without a dot in its name ("README", "d.v1/LICENSE": the
+       last component counts) has no extension to name its part: it is left
+       out, and it does not end the sample around it; one PF_LOG_WARN per
+       shard counts them and names the first;
+     - a name ending in a dot ("KEY.") is a part named "" (an empty
+       extension);
+     - two parts of one name in a sample ("a.jpg" twice) refuse the open
+       naming the shard and the key.
+   A shard cut after a whole entry (no end-of-archive blocks) is read up to
+   there, with a PF_LOG_WARN through cfg.log. Without a step a sample is
+   its parts' bytes back to back. */
 typedef struct pf_tar_config {
     const char *const *paths;  /* the shards, in order                       */
     uint32_t num_paths;
@@ -1436,6 +1475,7 @@ struct pf_loader {
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job);
 static void pf__skip_account(pf_loader *l, pf__slot *s);
+static bool pf__skip_may_take(const pf_loader *l, const pf__slot *s);
 static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm);
 static void pf__worker_up(pf_loader *l, pf__worker *w);
 static void pf__worker_down(pf_loader *l, pf__worker *w);
@@ -1975,7 +2015,9 @@ static int pf__take(pf_loader *l, pf__slot **out) {
         uint32_t i;
         for (i = 0; i < l->ring.ready_count; i++) {
             uint32_t k = (l->ring.ready_head + i) % l->ring.nslots;
-            if (l->ring.slots[l->ring.ready_fifo[k]].b.epoch == l->take.epoch) break;
+            if (l->ring.slots[l->ring.ready_fifo[k]].b.epoch == l->take.epoch &&
+                pf__skip_may_take(l, &l->ring.slots[l->ring.ready_fifo[k]]))
+                break;
         }
         if (i == l->ring.ready_count) return PF__WAIT;
         s = &l->ring.slots[l->ring.ready_fifo[(l->ring.ready_head + i) % l->ring.nslots]];
@@ -2877,6 +2919,22 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
     return PF_OK;
 }
 
+/* Packed batches' offsets (>>samples) on the device: count + 1 words, in a
+   table per device slot after the device slots, staged through a pinned
+   table per host slot (the host slot's, so it is reused only once the
+   retirer saw the copy that read it, as the slot is), all host_slots of
+   them before the first pinned slot: autotune grows the slots, in blocks
+   of their own, and the tables stay where they are. */
+static size_t pf__offsets_stride(const pf_loader *l) {
+    return (((size_t)l->cfg.batch_size + 1) * sizeof(uint64_t) + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+}
+static uint64_t *pf__dev_offsets(const pf_loader *l, uint32_t d) {
+    return (uint64_t *)(l->cu->dev + (size_t)l->cfg.device_slots * l->stride + (size_t)d * pf__offsets_stride(l));
+}
+static uint64_t *pf__pinned_offsets(const pf_loader *l, uint32_t h) {
+    return (uint64_t *)(l->cu->pinned + (size_t)h * pf__offsets_stride(l));
+}
+
 /* Pinned block, device block, copy stream, and the events. Flags: the
    per-batch events (copied, released) are only waited on by streams and
    queried, so DisableTiming alone, which the runtime says performs best for
@@ -2889,6 +2947,8 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
 static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     pf__cuda *cu = l->cu;
     size_t host_bytes = (size_t)l->ring.nalloc * l->stride, dev_bytes = (size_t)l->cfg.device_slots * l->stride;
+    size_t host_off = (size_t)l->ring.nslots * pf__offsets_stride(l);
+    size_t dev_off = (size_t)l->cfg.device_slots * pf__offsets_stride(l);
     const unsigned per_batch = cudaEventDisableTiming, host_wait = cudaEventDisableTiming | cudaEventBlockingSync,
                    timed = cudaEventDefault, timed_wait = cudaEventBlockingSync;
     char m[PF__MSG_SIZE];
@@ -2899,6 +2959,13 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     cu->device = l->cfg.cuda_device;
     cu->consumer = (cudaStream_t)l->cfg.stream;
     cu->last_released = -1;
+    if (host_bytes > SIZE_MAX - host_off || dev_bytes > SIZE_MAX - dev_off) {
+        pf__format(why, n, "pf_create: host_slots and device_slots of %llu bytes and their offsets tables do not "
+                   "fit in memory", (unsigned long long)l->stride);
+        return PF_ERR_NO_MEMORY;
+    }
+    host_bytes += host_off;
+    dev_bytes += dev_off;
     pf__cuda_ctx_init(cu);
 #define PF__CUDA_TRY(call, code, ...)                                                                     \
     if ((e = (call)) != cudaSuccess) {                                                                    \
@@ -2912,12 +2979,13 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(pf__cuda_enter(l, &sv), pf__cuda_code(e), "cudaSetDevice(%d)", cu->device)
     PF__CUDA_TRY(cudaHostAlloc((void **)&cu->pinned, host_bytes, cudaHostAllocDefault),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
-                 "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu)", (unsigned long long)host_bytes,
-                 (unsigned)l->ring.nalloc, (unsigned long long)l->stride)
+                 "cudaHostAlloc of %llu pinned bytes (host_slots %u x %llu, and %u offsets tables)",
+                 (unsigned long long)host_bytes, (unsigned)l->ring.nalloc, (unsigned long long)l->stride,
+                 (unsigned)l->ring.nslots)
     PF__CUDA_TRY(cudaMalloc((void **)&cu->dev, dev_bytes),
                  pf__cuda_code(e) == PF_ERR_CUDA ? PF_ERR_NO_MEMORY : pf__cuda_code(e),
-                 "cudaMalloc of %llu device bytes (device_slots %u x %llu)", (unsigned long long)dev_bytes,
-                 (unsigned)l->cfg.device_slots, (unsigned long long)l->stride)
+                 "cudaMalloc of %llu device bytes (device_slots %u x %llu, and their offsets tables)",
+                 (unsigned long long)dev_bytes, (unsigned)l->cfg.device_slots, (unsigned long long)l->stride)
     PF__CUDA_TRY(cudaStreamCreateWithFlags(&cu->copy, cudaStreamNonBlocking), pf__cuda_code(e),
                  "cudaStreamCreateWithFlags(copy stream, cudaStreamNonBlocking)")
 #ifdef PREFETCH_NVTX
@@ -2941,7 +3009,7 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
 #undef PF__CUDA_TRY
-    for (d = 0; d < l->ring.nalloc; d++) l->ring.slots[d].data = cu->pinned + (size_t)d * l->stride;
+    for (d = 0; d < l->ring.nalloc; d++) l->ring.slots[d].data = cu->pinned + host_off + (size_t)d * l->stride;
 done:
     if (r != PF_OK) (void)cudaGetLastError(); /* leave no error behind for the caller's next call */
     pf__cuda_leave(l, &sv);
@@ -3024,22 +3092,34 @@ static void pf__cuda_consumer_failed(pf_loader *l, const char *fn, const char *c
 }
 
 /* Copy host slot s into device slot d, ordered on the GPU after the
-   consumer's release of d, then record hdone[seq % nhdone] for the
-   retirer. Nothing
+   consumer's release of d, then a packed batch's offsets into d's table
+   (through s's pinned one: the stager owns s until the copy is queued, and
+   the retirer frees s only after hdone), then record copied[d], which
+   pf_next makes the consumer stream wait for, and hdone[seq % nhdone] for
+   the retirer. Nothing
    but GPU work goes into the copy stream: no host function, so consecutive
-   copies run back to back. No lock held. */
+   copies run back to back. No lock held: d's dslot is the stager's until
+   it is queued. */
 static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, uint64_t seq, char *why,
                           size_t n) {
     pf__cuda *cu = l->cu;
+    const pf__dslot *ds = &cu->dslots[d];
+    size_t obytes = ((size_t)ds->b.count + 1) * sizeof(uint64_t);
     uint32_t k = (uint32_t)(seq % cu->nhdone);
     cudaError_t e;
     char what[PF__MSG_SIZE];
+    if (ds->b.sm.packed) memcpy(pf__pinned_offsets(l, s->index), ds->b.sm.mem, obytes);
     if ((e = cudaStreamWaitEvent(cu->copy, cu->released[d], 0)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaStreamWaitEvent(copy stream, released[%u])", (unsigned)d);
     } else if ((e = cudaMemcpyAsync(cu->dev + (size_t)d * l->stride, s->data, bytes, cudaMemcpyHostToDevice,
                                     cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaMemcpyAsync(%llu bytes, host slot %u -> device slot %u)",
                    (unsigned long long)bytes, (unsigned)s->index, (unsigned)d);
+    } else if (ds->b.sm.packed &&
+               (e = cudaMemcpyAsync(pf__dev_offsets(l, d), pf__pinned_offsets(l, s->index), obytes,
+                                    cudaMemcpyHostToDevice, cu->copy)) != cudaSuccess) {
+        pf__format(what, sizeof what, "stager: cudaMemcpyAsync(%llu bytes of offsets, host slot %u -> device slot %u)",
+                   (unsigned long long)obytes, (unsigned)s->index, (unsigned)d);
     } else if ((e = cudaEventRecord(cu->copied[d], cu->copy)) != cudaSuccess) {
         pf__format(what, sizeof what, "stager: cudaEventRecord(copied[%u], copy stream)", (unsigned)d);
     } else if ((e = cudaEventRecord(cu->hdone[k], cu->copy)) != cudaSuccess) {
@@ -3359,6 +3439,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             if (ds->marked) cu->mark_seq[ds->seq % l->ring.nslots] = ds->seq; /* recorded next, in pf__cuda_consume */
             cu->held++;
             pf__deliver(l, out, &ds->b, cu->dev + (size_t)it.slot * l->stride, ds->ticket, it.slot);
+            if (ds->b.sm.packed) out->dev_offsets = pf__dev_offsets(l, it.slot);
             return PF_OK;
         }
         /* nothing staged: with every device slot held, nothing can be */
@@ -4555,10 +4636,25 @@ static void pf__worker_down(pf_loader *l, pf__worker *w) {
    up from the end), and turns positions into sample indices. Everything it
    decides depends on the batch alone, never on timing: the same batches
    with the same skips on every run, and a resumed run (its token counts
-   batches, not samples) sees the same. The limit is applied where batches
-   are taken in order (pf__skip_account), so the run stops at the same
-   batch every time; the count goes on from the token's skipped= after a
-   resume (pf__batch_samples counts the delivered ones for it). */
+   batches, not samples) sees the same.
+   cfg.bad_limit, defined in batch order: the run stops at batch B, the
+   first (in batch order, across epochs) at which the bad samples of B and
+   of every batch before it pass the limit; every batch before B is
+   delivered, B and every batch after it are not, and pf_next returns
+   PF_ERR_LOAD naming B. In order the taker meets the batches in that order
+   and counts as it takes (pf__skip_account). Unordered it takes them as
+   they complete, so it takes a batch only once it is sure the batch lies
+   before B (pf__skip_may_take): counted so far, plus the batch, plus every
+   batch of the epoch before it not yet taken (loaded: its count; loading:
+   batch_size, the most it can have) is within the limit; or the batch is
+   the first not yet taken, so its count is exact and it is B if it passes.
+   Far from the limit that holds at once and batches flow as they complete;
+   near it a batch waits for the loads before it. So which batch stops the
+   run, and the batches delivered before it, depend on the data alone, as
+   in order. The count goes on from the token's skipped= after a resume
+   (pf__batch_samples counts the delivered ones for it); the batches a
+   token lists as delivered past its first missing one all lie before B,
+   so the count a resumed run reaches at B is the uninterrupted run's. */
 static void pf__job_begin(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     (void)l;
     w->slot = s;
@@ -4679,11 +4775,38 @@ static void pf__skip_account(pf_loader *l, pf__slot *s) {
     }
 }
 
+/* Unordered, with cfg.bad_limit (lock held): may the taker take s, a
+   loaded batch of its epoch, now? Yes when s lies before the batch that
+   stops the run whatever the loads still running hold, or s is the first
+   batch of the epoch not yet taken (pf__skip_account then decides). Every
+   batch of the epoch before s is claimed (claims go in batch order; those
+   a resume token lists were delivered, and are in st.skipped), so the
+   ones not yet taken are in slots, loading or loaded; their epoch and
+   batch are set under the lock at the claim, their count at the publish. */
+static bool pf__skip_may_take(const pf_loader *l, const pf__slot *s) {
+    uint64_t bound;
+    uint32_t i;
+    bool first = true;
+    if (!l->cfg.bad_limit) return true;
+    bound = l->st.skipped + (s->result == PF_OK ? s->b.sm.skipped : 0);
+    for (i = 0; i < l->ring.nslots; i++) {
+        const pf__slot *o = &l->ring.slots[i];
+        if ((o->state != PF__SLOT_LOADING && o->state != PF__SLOT_READY) || o->b.epoch != s->b.epoch ||
+            o->b.batch >= s->b.batch)
+            continue;
+        first = false;
+        if (o->state == PF__SLOT_LOADING) bound += l->cfg.batch_size;
+        else if (o->result == PF_OK) bound += o->b.sm.skipped;
+    }
+    return first || bound <= l->cfg.bad_limit;
+}
+
 /* A batch is delivered (lock held): its packed offsets and bad samples,
    which the checkpoint counts. */
 static void pf__batch_samples(pf_loader *l, pf_batch *out, const pf__samples *sm) {
     l->ck.skipped += sm->skipped;
     out->offsets = sm->packed ? sm->mem : NULL;
+    out->dev_offsets = NULL; /* the CUDA backend's take sets it */
     out->skipped = sm->skipped;
     out->skipped_indices = sm->skipped ? sm->mem + l->cfg.batch_size + 1 : NULL;
 }
@@ -4797,7 +4920,31 @@ static const char *pf__errno_text(int e, char *buf, size_t n) {
 #endif
 }
 
+/* Memory. Every byte a reader allocates goes through the cfg.allocator it
+   was opened with (malloc and free when unset), kept in the reader: its
+   bookkeeping and index at the open, a growing list's files as epochs are
+   planned, each worker's read buffer on that worker's thread. All of it
+   is given back by the close (the buffers by pf_destroy). */
+static void *pf__rd_alloc(const pf_allocator *a, size_t n) { return a->alloc_fn(n ? n : 1, a->user_data); }
+static void *pf__rd_calloc(const pf_allocator *a, size_t count, size_t size) {
+    void *p;
+    if (size && count > SIZE_MAX / size) return NULL;
+    p = pf__rd_alloc(a, count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+static void pf__rd_free(const pf_allocator *a, void *p) {
+    if (p) a->free_fn(p, a->user_data);
+}
+static char *pf__rd_strdup(const pf_allocator *a, const char *p) {
+    size_t n = strlen(p) + 1;
+    char *d = (char *)pf__rd_alloc(a, n);
+    if (d) memcpy(d, p, n);
+    return d;
+}
+
 typedef struct pf__rd {
+    pf_allocator al;  /* cfg.allocator at the open: everything the reader allocates */
     pf_step_fn step;
     void *step_user;
     size_t sample_bytes;
@@ -4818,10 +4965,10 @@ typedef struct pf__rd_ws { /* a worker's: its buffer, and the caller's state */
 
 static void *pf__rd_init(void *user, uint32_t worker) {
     pf__rd *rd = (pf__rd *)user;
-    pf__rd_ws *ws = (pf__rd_ws *)calloc(1, sizeof *ws);
+    pf__rd_ws *ws = (pf__rd_ws *)pf__rd_calloc(&rd->al, 1, sizeof *ws);
     if (!ws) return NULL; /* the load says so; the caller's init is not run */
-    if (rd->buf_bytes) {
-        ws->raw = malloc(rd->buf_bytes + PF__RD_ALIGN);
+    if (rd->buf_bytes && rd->buf_bytes <= SIZE_MAX - PF__RD_ALIGN) {
+        ws->raw = pf__rd_alloc(&rd->al, rd->buf_bytes + PF__RD_ALIGN);
         if (ws->raw)
             ws->buf = (unsigned char *)ws->raw + (PF__RD_ALIGN - (uintptr_t)ws->raw % PF__RD_ALIGN) % PF__RD_ALIGN;
     }
@@ -4834,8 +4981,8 @@ static void pf__rd_stop(void *user, uint32_t worker, void *state) {
     pf__rd_ws *ws = (pf__rd_ws *)state;
     if (!ws) return;
     if (rd->user_stop) rd->user_stop(rd->user, worker, ws->user_state);
-    free(ws->raw);
-    free(ws);
+    pf__rd_free(&rd->al, ws->raw);
+    pf__rd_free(&rd->al, ws);
 }
 
 static void pf__rd_start(void *user, uint32_t worker) {
@@ -4862,6 +5009,9 @@ static pf_result pf__rd_check(const void *rc, const pf_config *cfg, const void *
     if (!rc) return (pf__format(why, n, "%s_open: its config is NULL", who), PF_ERR_INVALID_ARG);
     if (!cfg) return (pf__format(why, n, "%s_open: cfg is NULL", who), PF_ERR_INVALID_ARG);
     if (!out) return (pf__format(why, n, "%s_open: out is NULL", who), PF_ERR_INVALID_ARG);
+    if (!cfg->allocator.alloc_fn != !cfg->allocator.free_fn)
+        return (pf__format(why, n, "%s_open: cfg.allocator: set both alloc_fn and free_fn, or neither", who),
+                PF_ERR_INVALID_ARG);
     if (cfg->load)
         return (pf__format(why, n, "%s_open: cfg.load is set: the reader is the load (use its step for your "
                                    "per-sample work)", who), PF_ERR_INVALID_ARG);
@@ -4910,8 +5060,8 @@ static pf_result pf__rd_attach(pf__rd *rd, pf_config *cfg, pf_load_fn load, size
 static pf__rd_ws *pf__rd_begin(const pf__rd *rd, pf_job *job) {
     pf__rd_ws *ws = (pf__rd_ws *)job->worker_state;
     if (!ws || (rd->buf_bytes && !ws->buf)) {
-        pf_job_fail(job, "reader: no memory for worker %u's %llu-byte read buffer", (unsigned)job->worker,
-                    (unsigned long long)rd->buf_bytes);
+        pf_job_fail(job, "reader: out of memory (cfg.allocator) for worker %u's state and %llu-byte read buffer",
+                    (unsigned)job->worker, (unsigned long long)rd->buf_bytes);
         return NULL;
     }
     ((pf__worker *)job->pf__worker)->pack = true;
@@ -4986,13 +5136,6 @@ static int pf__pread_direct(int fd, unsigned char *buf, size_t bufsize, unsigned
     return 0;
 }
 
-static char *pf__strdup(const char *p) {
-    size_t n = strlen(p) + 1;
-    char *d = (char *)malloc(n);
-    if (d) memcpy(d, p, n);
-    return d;
-}
-
 /* >>records --------------------------------------------------------------- */
 /* A view is one epoch's file list: the files, and the first sample of each.
    Static lists have one view for every epoch. A growing list (path_fn)
@@ -5041,8 +5184,8 @@ static void pf__rec_unref(pf_records *r, pf__rec_file *f) {
             break;
         }
     if (f->fd >= 0) close(f->fd);
-    free(f->path);
-    free(f);
+    pf__rd_free(&r->rd.al, f->path);
+    pf__rd_free(&r->rd.al, f);
 }
 
 static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
@@ -5053,8 +5196,9 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
 }
 
 /* The file at path, opened once while path names it (refs counted by the
-   caller). NULL, and why, when it cannot be opened. */
-static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n) {
+   caller). NULL, and why, when it cannot be opened; *oom: because memory
+   ran out (not the file's fault). */
+static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n, bool *oom) {
     pf__rec_file *f;
     struct stat st;
     char err[PF__ERRNO_TEXT];
@@ -5084,12 +5228,13 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         close(fd);
         return NULL;
     }
-    f = (pf__rec_file *)calloc(1, sizeof *f);
-    if (f) f->path = pf__strdup(path);
+    f = (pf__rec_file *)pf__rd_calloc(&r->rd.al, 1, sizeof *f);
+    if (f) f->path = pf__rd_strdup(&r->rd.al, path);
     if (!f || !f->path) {
         close(fd);
-        free(f);
-        pf__format(why, n, "out of memory opening %s", path);
+        pf__rd_free(&r->rd.al, f);
+        pf__format(why, n, "out of memory (cfg.allocator) opening %s", path);
+        *oom = true;
         return NULL;
     }
     f->fd = fd;
@@ -5101,7 +5246,9 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
 
 /* Fill v from the path list (strict: a file that cannot be opened or is
    shorter than its header is an error; else it is left out, as a file
-   evicted between the listing and now). Lock held for growing lists. */
+   evicted between the listing and now). Out of memory is an error either
+   way (PF_ERR_NO_MEMORY): a view without a file that is there would be a
+   silently smaller epoch. Lock held for growing lists. */
 static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, bool strict, char *why, size_t n) {
     uint32_t k;
     v->epoch = epoch;
@@ -5113,6 +5260,7 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
         pf__rec_file *f;
         struct stat st;
         uint64_t size;
+        bool oom = false;
         if (!path) break;
         v->listed = k + 1;
         if (k >= r->c.max_files) {
@@ -5122,8 +5270,9 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
             pf__rd_log(&r->rd, PF_LOG_WARN, "%s; the rest are left out", why);
             break;
         }
-        f = pf__rec_get(r, path, why, n);
+        f = pf__rec_get(r, path, why, n, &oom);
         if (!f) {
+            if (oom) return PF_ERR_NO_MEMORY;
             if (strict) return PF_ERR_INVALID_ARG;
             pf__rd_log(&r->rd, PF_LOG_WARN, "pf_records: epoch %llu: %s; left out", (unsigned long long)epoch, why);
             continue;
@@ -5172,13 +5321,20 @@ static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf__rec_view *v = &r->views[epoch % r->keep];
     char why[PF__MSG_SIZE];
     uint64_t total;
+    pf_result res;
     pf__lock(&r->mu);
     pf__rec_view_clear(r, v);
-    pf__rec_build(r, v, epoch, false, why, sizeof why);
-    total = v->first[v->n];
-    if (!total) pf__rec_empty_why(r, v, why, sizeof why);
+    res = pf__rec_build(r, v, epoch, false, why, sizeof why);
+    total = res == PF_OK ? v->first[v->n] : 0;
+    if (res != PF_OK) pf__rec_view_clear(r, v); /* built again, should a load need it */
+    else if (!total) pf__rec_empty_why(r, v, why, sizeof why);
     pf__unlock(&r->mu);
     if (total) return total;
+    if (res != PF_OK) {
+        char m[PF__MSG_SIZE];
+        memcpy(m, why, sizeof m);
+        pf__format(why, sizeof why, "pf_records: epoch %llu: %s", (unsigned long long)epoch, m);
+    }
     pf__rd_log(&r->rd, PF_LOG_WARN, "%s: pf_next fails (PF_ERR_LOAD) at that epoch", why);
     /* an error, not an empty epoch: that would end at once, and with
        epochs = 0 a loop would spin on PF_END_OF_EPOCH for ever */
@@ -5199,15 +5355,19 @@ static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last fi
 /* A growing list's view of the job's epoch. Normally built when the epoch
    was planned; an epoch resumed from a checkpoint keeps the size in its
    token and is not counted again, so its view is built here, from the
-   files listed now. Under the lock: a view is written only under it. */
-static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
+   files listed now. Under the lock: a view is written only under it.
+   NULL, and why, when memory ran out building it (the next load of the
+   epoch tries again). */
+static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch, char *why, size_t n) {
     pf__rec_view *v = &r->views[epoch % r->keep];
     if (!r->c.path_fn) return &r->views[0];
     pf__lock(&r->mu);
     if (!v->used || v->epoch != epoch) {
-        char why[PF__MSG_SIZE];
         pf__rec_view_clear(r, v);
-        pf__rec_build(r, v, epoch, false, why, sizeof why);
+        if (pf__rec_build(r, v, epoch, false, why, n) != PF_OK) {
+            pf__rec_view_clear(r, v);
+            v = NULL;
+        }
     }
     pf__unlock(&r->mu);
     return v;
@@ -5216,13 +5376,15 @@ static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch) {
 static int pf__rec_load(void *user, pf_job *job) {
     pf_records *r = (pf_records *)user;
     pf__rd_ws *ws = pf__rd_begin(&r->rd, job);
-    const pf__rec_view *v = pf__rec_view_of(r, job->epoch);
+    const pf__rec_view *v;
     size_t rb = r->c.record_bytes;
     bool direct = r->direct;
     uint32_t i = 0;
+    char why[PF__MSG_SIZE];
     if (!ws) return -1;
+    v = pf__rec_view_of(r, job->epoch, why, sizeof why);
+    if (!v) return pf_job_fail(job, "pf_records: epoch %llu: %s", (unsigned long long)job->epoch, why);
     if (!v->first[v->n]) {
-        char why[PF__MSG_SIZE];
         pf__rec_empty_why(r, v, why, sizeof why);
         return pf_job_fail(job, "%s", why);
     }
@@ -5277,26 +5439,28 @@ static int pf__rec_load(void *user, pf_job *job) {
 }
 
 PF_API void pf_records_close(pf_records *r) {
+    pf_allocator al;
     uint32_t i;
     if (!r) return;
+    al = r->rd.al;
     if (r->views)
         for (i = 0; i < r->keep; i++)
             if (r->views[i].files) pf__rec_view_clear(r, &r->views[i]);
     if (r->views)
         for (i = 0; i < r->keep; i++) {
-            free(r->views[i].files);
-            free(r->views[i].first);
+            pf__rd_free(&al, r->views[i].files);
+            pf__rd_free(&al, r->views[i].first);
         }
     while (r->ncache) { /* none left normally: each view let go of its own */
         pf__rec_file *f = r->cache[--r->ncache];
         if (f->fd >= 0) close(f->fd);
-        free(f->path);
-        free(f);
+        pf__rd_free(&al, f->path);
+        pf__rd_free(&al, f);
     }
-    free(r->cache);
-    free(r->views);
+    pf__rd_free(&al, r->cache);
+    pf__rd_free(&al, r->views);
     if (r->mu_ok) pf__mutex_destroy(&r->mu);
-    free(r);
+    pf__rd_free(&al, r);
 }
 
 PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf_records **out) {
@@ -5305,6 +5469,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     pf_records *r;
     pf_result res = pf__rd_check(rc, cfg, out, "pf_records");
     pf_config before;
+    pf_allocator al;
     uint32_t i, files;
     if (res != PF_OK) return res;
     before = *cfg;
@@ -5317,8 +5482,10 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
         return (pf__format(why, n, "pf_records_open: num_paths is 0: list at least one file"), PF_ERR_INVALID_ARG);
     for (i = 0; rc->paths && i < rc->num_paths; i++)
         if (!rc->paths[i]) return (pf__format(why, n, "pf_records_open: paths[%u] is NULL", (unsigned)i), PF_ERR_INVALID_ARG);
-    r = (pf_records *)calloc(1, sizeof *r);
-    if (!r) return (pf__format(why, n, "pf_records_open: out of memory"), PF_ERR_NO_MEMORY);
+    al = pf_config_defaults(cfg).allocator;
+    r = (pf_records *)pf__rd_calloc(&al, 1, sizeof *r);
+    if (!r) return (pf__format(why, n, "pf_records_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
+    r->rd.al = al;
     r->c = *rc;
     if (!r->c.max_files) r->c.max_files = 4096;
     if (r->c.paths) r->c.max_files = r->c.num_paths;
@@ -5329,13 +5496,13 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     if (r->c.direct && !r->direct) pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: no O_DIRECT here; reading through the page cache");
     r->keep = r->c.path_fn ? pf_config_defaults(cfg).host_slots + 3 : 1;
     files = r->c.max_files;
-    r->views = (pf__rec_view *)calloc(r->keep, sizeof *r->views);
+    r->views = (pf__rec_view *)pf__rd_calloc(&al, r->keep, sizeof *r->views);
     r->cache_cap = r->keep * files; /* every view's files, all different at worst */
-    r->cache = (pf__rec_file **)calloc(r->cache_cap, sizeof(pf__rec_file *)); /* pointers to the files */
+    r->cache = (pf__rec_file **)pf__rd_calloc(&al, r->cache_cap, sizeof(pf__rec_file *)); /* pointers to the files */
     if (!r->views || !r->cache) goto no_memory;
     for (i = 0; i < r->keep; i++) {
-        r->views[i].files = (pf__rec_file **)calloc(files, sizeof(pf__rec_file *));
-        r->views[i].first = (uint64_t *)calloc((size_t)files + 1, sizeof(uint64_t));
+        r->views[i].files = (pf__rec_file **)pf__rd_calloc(&al, files, sizeof(pf__rec_file *));
+        r->views[i].first = (uint64_t *)pf__rd_calloc(&al, (size_t)files + 1, sizeof(uint64_t));
         if (!r->views[i].files || !r->views[i].first) goto no_memory;
     }
     if (pf__mutex_init(&r->mu) != 0) {
@@ -5376,7 +5543,8 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     return PF_OK;
 no_memory:
     pf_records_close(r);
-    return (pf__format(why, n, "pf_records_open: out of memory for %u files' bookkeeping", (unsigned)files),
+    return (pf__format(why, n, "pf_records_open: out of memory (cfg.allocator) for %u files' bookkeeping",
+                       (unsigned)files),
             PF_ERR_NO_MEMORY);
 }
 
@@ -5442,23 +5610,25 @@ static int pf__tok_load(void *user, pf_job *job) {
 }
 
 PF_API void pf_tokens_close(pf_tokens *t) {
+    pf_allocator al;
     uint32_t i;
     if (!t) return;
+    al = t->rd.al;
     for (i = 0; t->sh && i < t->n; i++) {
         if (t->sh[i].fd >= 0) close(t->sh[i].fd);
-        free(t->sh[i].path);
+        pf__rd_free(&al, t->sh[i].path);
     }
-    free(t->sh);
-    free(t);
+    pf__rd_free(&al, t->sh);
+    pf__rd_free(&al, t);
 }
 
 /* One shard's header and size, checked: PF_OK, or why not. */
 static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *path, char *why, size_t n) {
     int32_t h[256];
     struct stat st;
-    s->path = pf__strdup(path);
+    s->path = pf__rd_strdup(&t->rd.al, path);
+    if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
     s->fd = open(path, O_RDONLY);
-    if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
     if (s->fd < 0 || fstat(s->fd, &st) != 0) {
         char err[PF__ERRNO_TEXT];
         return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path,
@@ -5489,6 +5659,7 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
     size_t n = sizeof pf__create_error;
     pf_result res = pf__rd_check(tc, cfg, out, "pf_tokens");
     pf_config before;
+    pf_allocator al;
     pf_tokens *t;
     uint32_t i;
     if (res != PF_OK) return res;
@@ -5503,12 +5674,14 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
         return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u%s)",
                            (unsigned)cfg->rank, (unsigned)cfg->world_size, cfg->world_size ? "" : ", the default 1"),
                 PF_ERR_INVALID_ARG);
-    t = (pf_tokens *)calloc(1, sizeof *t);
-    if (t) t->sh = (pf__tok_shard *)calloc(tc->num_paths, sizeof *t->sh);
+    al = pf_config_defaults(cfg).allocator;
+    t = (pf_tokens *)pf__rd_calloc(&al, 1, sizeof *t);
+    if (t) t->sh = (pf__tok_shard *)pf__rd_calloc(&al, tc->num_paths, sizeof *t->sh);
     if (!t || !t->sh) {
-        free(t);
-        return (pf__format(why, n, "pf_tokens_open: out of memory"), PF_ERR_NO_MEMORY);
+        pf__rd_free(&al, t);
+        return (pf__format(why, n, "pf_tokens_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
     }
+    t->rd.al = al;
     t->bt = (uint64_t)tc->B * tc->T;
     t->world = cfg->world_size ? cfg->world_size : 1;
     t->rank = cfg->rank;
@@ -5577,14 +5750,18 @@ struct pf_tar {
     uint32_t max_parts;
 };
 
-static bool pf__grow_array(void **p, uint64_t *cap, uint64_t need, size_t elem) {
+/* Room for need elements in *p (cap of them now), doubling; the allocator
+   has no realloc: a new block, the old one copied and freed. */
+static bool pf__grow_array(const pf_allocator *a, void **p, uint64_t *cap, uint64_t need, size_t elem) {
     uint64_t c = *cap ? *cap : 64;
     void *q;
     if (need <= *cap) return true;
     while (c < need) c *= 2;
     if (c > SIZE_MAX / elem) return false;
-    q = realloc(*p, (size_t)(c * elem));
+    q = pf__rd_alloc(a, (size_t)(c * elem));
     if (!q) return false;
+    if (*p) memcpy(q, *p, (size_t)(*cap * elem));
+    pf__rd_free(a, *p);
     *p = q;
     *cap = c;
     return true;
@@ -5594,7 +5771,8 @@ static uint32_t pf__tar_name(pf_tar *t, const char *s, size_t len) { /* into the
     uint64_t cap = t->names_cap;
     size_t at = t->names_len;
     void *p = t->names;
-    if (!pf__grow_array(&p, &cap, (uint64_t)at + len + 1, 1) || at + len + 1 > UINT32_MAX) return UINT32_MAX;
+    if (!pf__grow_array(&t->rd.al, &p, &cap, (uint64_t)at + len + 1, 1) || at + len + 1 > UINT32_MAX)
+        return UINT32_MAX;
     t->names = (char *)p;
     t->names_cap = (size_t)cap;
     memcpy(t->names + at, s, len);
@@ -5670,17 +5848,22 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     const char *path = t->paths[shard];
     int fd = t->fds[shard];
     struct stat st;
-    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0;
+    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0, noext = 0, noext_at = 0;
+    char noext_name[256]; /* the first file without an extension, for the warning */
     /* longname: the next entry's name from a GNU long name or a pax path
        record (has_long, has_pax_path); it and the pax size apply to the next
        entry only, and are cleared by it */
-    char *name = (char *)malloc(PF__TAR_PATH), *longname = (char *)calloc(1, PF__TAR_PATH), *meta = NULL;
+    char *name = (char *)pf__rd_alloc(&t->rd.al, PF__TAR_PATH), *meta = NULL;
+    char *longname = (char *)pf__rd_calloc(&t->rd.al, 1, PF__TAR_PATH);
     bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false;
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
+#define PF__TAR_OOM() \
+    do { pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator) indexing %s", path); \
+         res = PF_ERR_NO_MEMORY; goto done; } while (0)
     if (!name || !longname) {
-        pf__format(why, n, "pf_tar_open: out of memory");
+        pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)");
         res = PF_ERR_NO_MEMORY;
         goto done;
     }
@@ -5726,9 +5909,9 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             if (size >= (uint64_t)PF__TAR_PATH * 4)
                 PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long", path,
                             type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos, (unsigned long long)size);
-            free(meta);
-            meta = (char *)malloc((size_t)size + 1);
-            if (!meta) PF__TAR_BAD("pf_tar_open: out of memory");
+            pf__rd_free(&t->rd.al, meta);
+            meta = (char *)pf__rd_alloc(&t->rd.al, (size_t)size + 1);
+            if (!meta) PF__TAR_OOM();
             if (pf__pread_full(fd, meta, (size_t)size, data) != (long long)size)
                 PF__TAR_BAD("pf_tar_open: %s: cannot read the record at byte %llu", path, (unsigned long long)pos);
             meta[size] = '\0';
@@ -5774,36 +5957,45 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             pf__tar_part *p;
             base = base ? base + 1 : name;
             dot = strchr(base, '.');
-            key_len = dot ? (size_t)(dot - name) : strlen(name);
             if (!*base || *base == '.') { pos = next; continue; } /* hidden files: WebDataset skips them too */
+            if (!dot) { /* no extension to name a part by: WebDataset's keys() gives None, and it skips it */
+                if (!noext++) {
+                    snprintf(noext_name, sizeof noext_name, "%s", name);
+                    noext_at = pos;
+                }
+                pos = next;
+                continue;
+            }
+            key_len = (size_t)(dot - name);
             same_key_run = t->nsamples && t->samples[t->nsamples - 1].shard == shard && prev_key_len == key_len &&
                            !memcmp(t->names + t->samples[t->nsamples - 1].key, name, key_len);
             if (same_key_run) { /* two parts of one name: which one would a step get? */
                 const pf__tar_sample *s = &t->samples[t->nsamples - 1];
                 uint64_t k;
                 for (k = s->first; k < s->first + s->nparts; k++)
-                    if (!strcmp(t->names + t->parts[k].name, dot ? dot + 1 : ""))
+                    if (!strcmp(t->names + t->parts[k].name, dot + 1))
                         PF__TAR_BAD("pf_tar_open: %s: duplicate file name %s (entry at byte %llu): sample %.*s "
                                     "already has a part named \"%s\"", path, name, (unsigned long long)pos,
-                                    (int)key_len, name, dot ? dot + 1 : "");
+                                    (int)key_len, name, dot + 1);
             }
-            if (!pf__grow_array((void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
-                PF__TAR_BAD("pf_tar_open: out of memory");
+            if (!pf__grow_array(&t->rd.al, (void **)&t->parts, &t->parts_cap, t->nparts + 1, sizeof *t->parts))
+                PF__TAR_OOM();
             p = &t->parts[t->nparts];
             p->off = data;
             p->size = size;
-            p->name = pf__tar_name(t, dot ? dot + 1 : "", dot ? strlen(dot + 1) : 0);
-            if (p->name == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
+            p->name = pf__tar_name(t, dot + 1, strlen(dot + 1));
+            if (p->name == UINT32_MAX) PF__TAR_OOM();
             if (!same_key_run) {
                 pf__tar_sample *s;
-                if (!pf__grow_array((void **)&t->samples, &t->samples_cap, t->nsamples + 1, sizeof *t->samples))
-                    PF__TAR_BAD("pf_tar_open: out of memory");
+                if (!pf__grow_array(&t->rd.al, (void **)&t->samples, &t->samples_cap, t->nsamples + 1,
+                                    sizeof *t->samples))
+                    PF__TAR_OOM();
                 s = &t->samples[t->nsamples++];
                 memset(s, 0, sizeof *s);
                 s->first = t->nparts;
                 s->shard = shard;
                 s->key = pf__tar_name(t, name, key_len);
-                if (s->key == UINT32_MAX) PF__TAR_BAD("pf_tar_open: out of memory");
+                if (s->key == UINT32_MAX) PF__TAR_OOM();
                 prev_key_len = (uint32_t)key_len;
             }
             {
@@ -5822,15 +6014,21 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     if (has_long || has_pax_path || has_pax_size)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: the %s header at byte %llu has no entry after it; ignored",
                    path, has_long ? "GNU long name" : "pax", (unsigned long long)meta_at);
+    if (noext)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: %llu file%s without an extension (no dot in the file name: "
+                   "the first is %s, at byte %llu) left out: a sample's parts are named by their extensions, and "
+                   "WebDataset leaves such files out too", path, (unsigned long long)noext, noext == 1 ? "" : "s",
+                   noext_name, (unsigned long long)noext_at);
     if (!ended && pos)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
                    "after a whole entry?); its entries up to there are read", path, (unsigned long long)pos);
 done:
-    free(name);
-    free(longname);
-    free(meta);
+    pf__rd_free(&t->rd.al, name);
+    pf__rd_free(&t->rd.al, longname);
+    pf__rd_free(&t->rd.al, meta);
     return res;
 #undef PF__TAR_BAD
+#undef PF__TAR_OOM
 }
 
 static int pf__tar_load(void *user, pf_job *job) {
@@ -5880,18 +6078,20 @@ static int pf__tar_load(void *user, pf_job *job) {
 PF_API uint64_t pf_tar_samples(const pf_tar *t) { return t ? t->nsamples : 0; }
 
 PF_API void pf_tar_close(pf_tar *t) {
+    pf_allocator al;
     uint32_t i;
     if (!t) return;
+    al = t->rd.al;
     for (i = 0; i < t->nshards; i++) {
         if (t->fds && t->fds[i] >= 0) close(t->fds[i]);
-        if (t->paths) free(t->paths[i]);
+        if (t->paths) pf__rd_free(&al, t->paths[i]);
     }
-    free(t->fds);
-    free(t->paths);
-    free(t->parts);
-    free(t->samples);
-    free(t->names);
-    free(t);
+    pf__rd_free(&al, t->fds);
+    pf__rd_free(&al, t->paths);
+    pf__rd_free(&al, t->parts);
+    pf__rd_free(&al, t->samples);
+    pf__rd_free(&al, t->names);
+    pf__rd_free(&al, t);
 }
 
 PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **out) {
@@ -5899,6 +6099,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
     size_t n = sizeof pf__create_error;
     pf_result res = pf__rd_check(tc, cfg, out, "pf_tar");
     pf_config before;
+    pf_allocator al;
     pf_tar *t;
     uint32_t i;
     if (res != PF_OK) return res;
@@ -5906,14 +6107,16 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
     before = *cfg;
     if (!tc->paths || !tc->num_paths)
         return (pf__format(why, n, "pf_tar_open: no shards: set paths and num_paths"), PF_ERR_INVALID_ARG);
-    t = (pf_tar *)calloc(1, sizeof *t);
+    al = pf_config_defaults(cfg).allocator;
+    t = (pf_tar *)pf__rd_calloc(&al, 1, sizeof *t);
     if (t) {
-        t->paths = (char **)calloc(tc->num_paths, sizeof(char *));
-        t->fds = (int *)malloc(tc->num_paths * sizeof(int));
+        t->rd.al = al;
+        t->paths = (char **)pf__rd_calloc(&al, tc->num_paths, sizeof(char *));
+        t->fds = (int *)pf__rd_calloc(&al, tc->num_paths, sizeof(int));
     }
     if (!t || !t->paths || !t->fds) {
         pf_tar_close(t);
-        return (pf__format(why, n, "pf_tar_open: out of memory"), PF_ERR_NO_MEMORY);
+        return (pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
     }
     t->rd.log = cfg->log; /* the index warns through it */
     t->rd.log_user = cfg->log_user;
@@ -5925,9 +6128,9 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
             res = PF_ERR_INVALID_ARG;
             break;
         }
-        t->paths[i] = pf__strdup(tc->paths[i]);
+        t->paths[i] = pf__rd_strdup(&al, tc->paths[i]);
         if (!t->paths[i]) {
-            pf__format(why, n, "pf_tar_open: out of memory");
+            pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)");
             res = PF_ERR_NO_MEMORY;
             break;
         }
@@ -5941,8 +6144,8 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         res = pf__tar_index(t, i, why, n);
     }
     if (res == PF_OK && !t->nsamples) {
-        pf__format(why, n, "pf_tar_open: the %u shards hold no file (directories, links and names starting with "
-                   "'.' are not samples)", (unsigned)t->nshards);
+        pf__format(why, n, "pf_tar_open: the %u shards hold no file that is part of a sample (directories, links, "
+                   "names starting with '.' and names without an extension are not)", (unsigned)t->nshards);
         res = PF_ERR_INVALID_ARG;
     }
     if (res == PF_OK && !t->max_bytes && !tc->step && !cfg->batch_bytes) {

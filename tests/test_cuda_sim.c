@@ -20,12 +20,15 @@
      6 a hidden host sync on the hot path (pf_next waits for the copy)
      7 the caller's device is "restored" with cudaSetDevice(0) (the library
        cannot see that no context was current)
-     8 a sticky error is swallowed (treated as success) */
+     8 a sticky error is swallowed (treated as success)
+     9 a packed batch's device offsets are copied on another stream than
+       the batch (not ordered before the consumer's kernels by copied) */
 struct pf_loader;
 static int mutant;
 static cudaStream_t mutant_consumer;
 /* read by the library's threads inside the wrappers: atomic */
 static struct pf_loader *mutant_loader_;
+static cudaStream_t mutant_side; /* mutant 9's stream for the offsets */
 #define mutant_loader __atomic_load_n(&mutant_loader_, __ATOMIC_ACQUIRE)
 #define set_mutant_loader(l) __atomic_store_n(&mutant_loader_, (l), __ATOMIC_RELEASE)
 /* copies issued by the library, counted where it makes them, so a test
@@ -108,7 +111,10 @@ static cudaError_t mut_event_record(cudaEvent_t e, cudaStream_t s) {
     return swallow(cudaEventRecord(e, s));
 }
 static cudaError_t mut_memcpy_async(void *d, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
-    cudaError_t e = swallow(cudaMemcpyAsync(d, src, n, k, st));
+    cudaError_t e;
+    if (mutant == 9 && mutant_loader && mutant_side && (uint64_t *)d >= pf__dev_offsets(mutant_loader, 0))
+        st = mutant_side; /* the device offsets tables follow the device slots */
+    e = swallow(cudaMemcpyAsync(d, src, n, k, st));
     pthread_mutex_lock(&copies_mu);
     copies_issued++;
     pthread_cond_broadcast(&copies_cv);
@@ -561,6 +567,82 @@ static int scen_drain(unsigned long long seed, char *msg, size_t size) {
     return v;
 }
 
+/* Packed batches of samples of different sizes; a kernel on the consumer
+   stream reads each one's device offsets and checks them against the host
+   ones (mutant 9). */
+static int p9_load(void *user, pf_job *job) {
+    (void)user;
+    cudaSimHostWrite(job->host, job->capacity);
+    for (uint32_t i = 0; i < job->count; i++) {
+        size_t n = 8 * (size_t)(job->indices[i] % 7 + 1);
+        uint64_t *w = (uint64_t *)pf_job_append(job, n), v = t_word(job->indices[i]);
+        if (!w) return -1;
+        for (size_t k = 0; k < n / 8; k++) w[k] = v;
+    }
+    return 0;
+}
+typedef struct p9_read {
+    tcons *c;
+    const uint64_t *dev;
+    uint32_t count;
+    uint64_t want[1];
+} p9_read;
+static void p9_kernel(void *arg) {
+    p9_read *k = (p9_read *)arg;
+    if (memcmp(k->dev, k->want, (k->count + 1) * sizeof(uint64_t)))
+        t_bad(k->c, "device offsets differ from the host ones (%u samples)", (unsigned)k->count);
+    free(k);
+}
+static int scen_packed_offsets(unsigned long long seed, char *msg, size_t size) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    int n = 0, v;
+    t_load_init(&t);
+    t_begin(&c, seed);
+    mutant_consumer = c.stream;
+    CHECK(cudaStreamCreateWithFlags(&mutant_side, cudaStreamNonBlocking) == cudaSuccess);
+    cfg = t_config(&t, 200, 5, 1);
+    cfg.load = p9_load;
+    cfg.batch_bytes = 5 * 56;
+    cfg.device_slots = 2;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    set_mutant_loader(c.l);
+    for (;;) {
+        pf_batch b;
+        p9_read *k;
+        pf_result r = pf_next(c.l, &b);
+        if (r != PF_OK) break;
+        CHECK(b.offsets != NULL && b.dev_offsets != NULL);
+        k = (p9_read *)malloc(sizeof(p9_read) + b.count * sizeof(uint64_t));
+        k->c = &c;
+        k->dev = b.dev_offsets;
+        k->count = b.count;
+        memcpy(k->want, b.offsets, (b.count + 1) * sizeof(uint64_t));
+        CHECK(cudaSimLaunchKernel(c.stream, p9_kernel, k, b.dev_offsets, (b.count + 1) * sizeof(uint64_t)) ==
+              cudaSuccess);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        n++;
+    }
+    CHECK_EQ(n, 40);
+    /* every kernel has run, so every read of device offsets was checked:
+       the violations now are theirs (mutant 9 also races destroy's frees,
+       which are not what this scenario is about) */
+    CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess);
+    v = cudaSimViolations(msg, size);
+    if (c.bad && !v) snprintf(msg, size, "%s", c.bad_msg);
+    pf_destroy(c.l);
+    CHECK(cudaStreamSynchronize(mutant_side) == cudaSuccess);
+    CHECK(cudaStreamDestroy(mutant_side) == cudaSuccess);
+    mutant_side = NULL;
+    {
+        char tail[768] = "";
+        int all = scen_end(&t, &c, tail, sizeof tail); /* the real library: none at all */
+        if (!v && mutant != 9 && all) snprintf(msg, size, "%s", tail);
+        return v + c.bad + (mutant != 9 ? all : 0);
+    }
+}
+
 /* Does the scenario aimed at mutant m flag it (seed)? 1 = caught. */
 static int mutant_caught(int m, unsigned long long seed, char *msg, size_t size) {
     int n = 0;
@@ -578,6 +660,8 @@ static int mutant_caught(int m, unsigned long long seed, char *msg, size_t size)
         return scen_torchrun_rank1(seed, &n);
     case 8:
         return scen_fault_ring_full(seed, msg, size) != PF_ERR_CUDA;
+    case 9:
+        return scen_packed_offsets(seed, msg, size) > 0;
     }
     return 0;
 }
@@ -591,20 +675,22 @@ static void test_mutants_are_caught(void) {
         "skipping the wait for the consumer stream in destroy",
         "a hidden host sync in pf_next",
         "restoring the device with cudaSetDevice(0)",
-        "swallowing a sticky error"};
+        "swallowing a sticky error",
+        "copying a packed batch's offsets on another stream"};
     char msg[768];
-    int first = 1;
+    int first = 1, last = 9;
 #if H_TSAN
-    /* 1-3 make the simulated DMA and a kernel or worker touch the same bytes
-       unordered: a real data race, which TSan reports (rightly) before the
-       rig can. The gcc and ASan builds run them. */
+    /* 1-3 and 9 make the simulated DMA and a kernel or worker touch the same
+       bytes unordered: a real data race, which TSan reports (rightly) before
+       the rig can. The gcc and ASan builds run them. */
     first = 4;
+    last = 8;
 #endif
     for (unsigned long long seed = h_seed; seed < h_seed + 3; seed++) {
         mutant = 0; /* the real library passes every scenario */
-        for (int m = first; m <= 8; m++)
+        for (int m = first; m <= last; m++)
             CHECKF(!mutant_caught(m, seed, msg, sizeof msg), "the unmodified library failed scenario %d: %s", m, msg);
-        for (int m = first; m <= 8; m++) {
+        for (int m = first; m <= last; m++) {
             mutant = m;
             msg[0] = '\0';
             CHECKF(mutant_caught(m, seed, msg, sizeof msg), "mutant %d (%s) went unseen, seed %llu", m, what[m],
@@ -1830,7 +1916,9 @@ static void test_memory_exact_and_flags(void) {
     cfg.host_slots = 5;
     cfg.device_slots = 3;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    CHECK_EQ(cudaSimBytesLive(), 5 * 1024 + 3 * 1024);
+    /* the slots, and an offsets table per slot for packed batches: 7 words
+       (batch_size + 1), rounded up to 256 bytes */
+    CHECK_EQ(cudaSimBytesLive(), 5 * (1024 + 256) + 3 * (1024 + 256));
     CHECK_EQ(cudaSimCalls("cudaHostAlloc"), 1);
     CHECK_EQ(cudaSimCalls("cudaMalloc"), 1);
     /* copied, released; hdone (2 * host_slots + device_slots: each outlives

@@ -35,6 +35,28 @@ static void d_run(void *arg) {
     free(d);
 }
 
+#ifdef TEST_SIM
+/* A packed batch's device offsets, read where a kernel would: they must be
+   its host offsets (and the rig checks the read is ordered after their copy) */
+typedef struct doffs {
+    const uint64_t *dev;
+    uint32_t count;
+    uint64_t want[1];
+} doffs;
+static int d_offsets_read; /* kernels that read them: atomic */
+static void d_offsets_check(void *arg) {
+    doffs *o = (doffs *)arg;
+    for (uint32_t i = 0; i <= o->count; i++)
+        if (o->dev[i] != o->want[i]) {
+            CHECKF(0, "device offsets[%u] = %llu, host %llu", i, (unsigned long long)o->dev[i],
+                   (unsigned long long)o->want[i]);
+            break;
+        }
+    __atomic_fetch_add(&d_offsets_read, 1, __ATOMIC_RELAXED);
+    free(o);
+}
+#endif
+
 static void d_read(tcons *c, const pf_batch *b, void (*fn)(const dsnap *), void *user) {
     dsnap *d = (dsnap *)calloc(1, sizeof *d);
     d->fn = fn;
@@ -53,9 +75,24 @@ static void d_read(tcons *c, const pf_batch *b, void (*fn)(const dsnap *), void 
     if (b->count) memcpy(d->indices, b->indices, b->count * sizeof(uint64_t));
     if (b->skipped) memcpy(d->skipped_indices, b->skipped_indices, b->skipped * sizeof(uint64_t));
 #ifdef TEST_SIM
+    if (b->offsets) { /* packed: the device has them too */
+        doffs *o = (doffs *)malloc(sizeof(doffs) + b->count * sizeof(uint64_t));
+        o->dev = b->dev_offsets;
+        o->count = b->count;
+        memcpy(o->want, b->offsets, (b->count + 1) * sizeof(uint64_t));
+        CHECK(b->dev_offsets != NULL);
+        if (b->dev_offsets)
+            CHECK(cudaSimLaunchKernel(c->stream, d_offsets_check, o, b->dev_offsets,
+                                      (b->count + 1) * sizeof(uint64_t)) == cudaSuccess);
+        else
+            free(o);
+    } else {
+        CHECK(b->dev_offsets == NULL);
+    }
     CHECK(cudaSimLaunchKernel(c->stream, d_run, d, b->data, b->bytes) == cudaSuccess);
 #else
     (void)c;
+    CHECK(b->dev_offsets == NULL); /* host memory only: b->offsets */
     d_run(d);
 #endif
 }
@@ -340,6 +377,28 @@ static void test_packed_variable_sizes(void) {
     free(t.seen);
 }
 
+/* CUDA: a packed batch's offsets are on the device too (b.dev_offsets), the
+   same as b.offsets, read by a kernel on the consumer stream ordered after
+   their copy (t_end: the rig saw no race); NULL when not packed, and on
+   the host backend (d_read checks each batch) */
+static void test_packed_offsets_on_the_device(void) {
+    pspec packed = {PF_BAD_SKIP, 9, 2, false}, fixed = {PF_BAD_STOP, 0, 0, true};
+    ptally t;
+    pf_stats st;
+    char err[512];
+#ifdef TEST_SIM
+    __atomic_store_n(&d_offsets_read, 0, __ATOMIC_RELAXED);
+#endif
+    CHECK_EQ(p_run(&packed, 600, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA); /* some skipped, some whole */
+    CHECK(st.skipped > 0);
+#ifdef TEST_SIM
+    CHECK_EQ((uint64_t)__atomic_load_n(&d_offsets_read, __ATOMIC_RELAXED), st.batches);
+#endif
+    free(t.seen);
+    CHECK_EQ(p_run(&fixed, 64, 8, 0, &t, &st, err, sizeof err), PF_END_OF_DATA); /* written in place: none */
+    free(t.seen);
+}
+
 static void test_skip_drops_and_lists_bad_samples(void) {
     pspec p = {PF_BAD_SKIP, 7, 3, false};
     ptally t;
@@ -534,6 +593,117 @@ static void test_bad_limit_resumes_where_it_stopped(void) {
         CHECK_EQ(e2.r, PF_ERR_LOAD);
         CHECK(!strcmp(e2.err, ea.err));
         CHECK_EQ(e2.skipped, ea.skipped);
+    }
+}
+
+/* Unordered delivery applies cfg.bad_limit in batch order too: whichever
+   loads finish first, the run stops at the batch an in-order run stops at,
+   after exactly the batches before it, with the same message and count;
+   and so does one stopped at a checkpoint and resumed on other timings */
+typedef struct uspec {
+    pspec p;
+    int pattern; /* which loads are slow: 0 none, 1 every 4th, 2 the 4th-but-last of each 4, 3 random */
+} uspec;
+static int u_load(void *user, pf_job *job) {
+    const uspec *u = (const uspec *)user;
+    unsigned us = u->pattern == 1 ? (job->batch % 4 == 0 ? 3000u : 0u)
+                : u->pattern == 2 ? (job->batch % 4 == 3 ? 3000u : 0u)
+                : u->pattern == 3 ? (unsigned)(job->rng % 2000u) : 0u;
+    if (us) t_sleep_us(us);
+    return p_load((void *)&u->p, job);
+}
+#define UB_BATCHES 100 /* per epoch: 800 samples in batches of 8 */
+typedef struct ub_end {
+    pf_result r;
+    uint64_t skipped;
+    size_t n;
+    char err[512];
+} ub_end;
+/* a run of 2 epochs (from resume, if set) until the limit stops it or
+   stop_after batches (then *token); seen counts each (epoch, batch) */
+static void ub_run(uspec *u, bool unordered, const char *resume, size_t stop_after, char *token, size_t token_n,
+                   uint8_t *seen, ub_end *end) {
+    tcons c;
+    pf_stats st;
+    pf_config cfg = t_config_base(800, 8, 8 * 120, 2);
+    cfg.load = u_load;
+    cfg.user = u;
+    cfg.shuffle = true;
+    cfg.seed = 5;
+    cfg.num_workers = 4;
+    cfg.unordered = unordered;
+    cfg.bad_samples = PF_BAD_SKIP;
+    cfg.bad_limit = 60; /* about 73 bad samples an epoch: it stops in the middle of the first */
+    cfg.resume = resume;
+    memset(end, 0, sizeof *end);
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r;
+        if (end->n == stop_after) {
+            CHECK_EQ(pf_checkpoint(c.l, token, token_n), PF_OK);
+            end->r = PF_OK;
+            break;
+        }
+        r = pf_next(c.l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            end->r = r;
+            snprintf(end->err, sizeof end->err, "%s", pf_error(c.l));
+            break;
+        }
+        CHECK(b.epoch < 2 && b.batch < UB_BATCHES);
+        if (b.epoch < 2 && b.batch < UB_BATCHES) seen[b.epoch * UB_BATCHES + b.batch]++;
+        end->n++;
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    pf_get_stats(c.l, &st);
+    end->skipped = st.skipped;
+    t_end(&c);
+}
+static void test_bad_limit_unordered_is_in_batch_order(void) {
+    uspec u;
+    uint8_t want[2 * UB_BATCHES], seen[2 * UB_BATCHES];
+    char token[1024];
+    ub_end ref, e, e2;
+    size_t last = 0;
+    memset(&u, 0, sizeof u);
+    u.p.policy = PF_BAD_SKIP;
+    u.p.bad_every = 11;
+    u.p.bad_at = 4;
+    memset(want, 0, sizeof want);
+    ub_run(&u, false, NULL, (size_t)-1, NULL, 0, want, &ref); /* in order: the definition */
+    CHECK_EQ(ref.r, PF_ERR_LOAD);
+    CHECK_CONTAINS(ref.err, "more than cfg.bad_limit (60)");
+    CHECK(ref.n > 20 && ref.n < UB_BATCHES); /* stopped inside the first epoch */
+    for (size_t k = 0; k < 2 * UB_BATCHES; k++) {
+        CHECK_EQ(want[k], k < ref.n ? 1 : 0); /* exactly the batches before the one that stops it */
+        if (want[k]) last = k;
+    }
+    CHECK_EQ(last + 1, ref.n);
+    for (int pattern = 0; pattern < 4; pattern++) {
+        u.pattern = pattern;
+        memset(seen, 0, sizeof seen);
+        ub_run(&u, true, NULL, (size_t)-1, NULL, 0, seen, &e);
+        CHECKF(e.r == PF_ERR_LOAD && !strcmp(e.err, ref.err), "timing %d: \"%s\", in order: \"%s\"", pattern, e.err,
+               ref.err);
+        CHECKF(!memcmp(seen, want, sizeof seen), "timing %d: %zu batches delivered, in order %zu", pattern, e.n, ref.n);
+        CHECK_EQ(e.skipped, ref.skipped);
+    }
+    /* stopped at a checkpoint and resumed, each part on its own timings */
+    for (size_t stop = 7; stop < ref.n; stop += 19) {
+        memset(seen, 0, sizeof seen);
+        u.pattern = 1;
+        ub_run(&u, true, NULL, stop, token, sizeof token, seen, &e);
+        CHECK_EQ(e.r, PF_OK);
+        u.pattern = 2;
+        ub_run(&u, true, token, (size_t)-1, NULL, 0, seen, &e2);
+        CHECKF(e2.r == PF_ERR_LOAD && !strcmp(e2.err, ref.err), "stop %zu: \"%s\", in order: \"%s\"", stop, e2.err,
+               ref.err);
+        CHECKF(!memcmp(seen, want, sizeof seen), "stop %zu: %zu + %zu batches delivered, in order %zu", stop, e.n, e2.n,
+               ref.n);
+        CHECK_EQ(e2.skipped, ref.skipped);
     }
 }
 
@@ -1720,6 +1890,241 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     tmp_end();
 }
 
+/* WebDataset's key/extension split: a file without a dot in its name (the
+   last path component's) has no extension to name its part, and is left
+   out without ending the sample around it, with one warning per shard; a
+   trailing dot is an empty extension; the key ends at the basename's
+   first dot, so the rest (dots included) names the part */
+static void test_tar_files_without_an_extension_are_left_out(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    static const char *const want[3] = {"a:jpg/3,cls/1", "d.v1/b:txt/2", "c:/1,seg.png/2"};
+    pf_tar_config tc;
+    pf_tar *tr = NULL;
+    pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
+    logcap lc;
+    tnames tn;
+    FILE *f;
+    memset(&tn, 0, sizeof tn);
+    pthread_mutex_init(&tn.mu, NULL);
+    tmp_begin();
+    tmp_path(path, sizeof path, "noext.tar");
+    f = fopen(path, "wb");
+    tar_file(f, "a.jpg", "aaa", 3);
+    tar_file(f, "README", "hello", 5); /* between two parts of a: a stays one sample */
+    tar_file(f, "a.cls", "1", 1);
+    tar_file(f, "d.v1/LICENSE", "MIT!", 4); /* the directory's dot is not the file's */
+    tar_file(f, "d.v1/b.txt", "bb", 2);
+    tar_file(f, "c.", "c", 1);
+    tar_file(f, "c.seg.png", "cc", 2);
+    {
+        static const unsigned char zero[1024] = {0};
+        fwrite(zero, 1, sizeof zero, f);
+    }
+    fclose(f);
+    tc = tar_config(pp, 1);
+    tc.step = tn_step;
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 3);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, "2 files without an extension");
+    CHECK_CONTAINS(lc.text, "the first is README, at byte 1024");
+    CHECK_CONTAINS(lc.text, path);
+    d_run_all(&cfg, tn_check, &tn, 100, NULL);
+    pf_tar_close(tr);
+    CHECK_EQ(tn.n, 3);
+    for (uint32_t i = 0; i < 3 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
+    /* a shard of nothing but such files holds no sample: refused, saying why */
+    f = fopen(path, "wb");
+    tar_file(f, "README", "hello", 5);
+    tar_file(f, "Makefile", "all:", 4);
+    fclose(f);
+    cfg = t_config_base(0, 4, 4 * 128, 1);
+    tr = (pf_tar *)1;
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "hold no file that is part of a sample");
+    CHECK_CONTAINS(pf_error(NULL), "names without an extension");
+    CHECK(tr == NULL);
+    cap_end(&lc);
+    pthread_mutex_destroy(&tn.mu);
+    tmp_end();
+}
+
+/* ---- every byte a reader allocates goes through cfg.allocator ---- */
+enum { AR_RECORDS, AR_RECORDS_GROWING, AR_RECORDS_DIRECT, AR_TOKENS, AR_TAR, AR_KINDS };
+static const char *const ar_names[AR_KINDS] = {"records", "records (growing list)", "records (O_DIRECT)", "tokens",
+                                               "tar"};
+static char ar_files[4][300];
+static const char *ar_pp[4];
+/* every reader's files, under a fresh tmpdir (tmp_end removes them) */
+static void ar_begin(void) {
+    tmp_begin();
+    for (uint32_t f = 0; f < 2; f++) {
+        tmp_path(ar_files[f], sizeof ar_files[f], "r%u.bin", f);
+        write_records(ar_files[f], f, 30 + f, 5);
+        ar_pp[f] = ar_files[f];
+    }
+    for (uint32_t f = 0; f < 7; f++) { /* grow_path's */
+        tmp_path(grow_paths[f], sizeof grow_paths[f], "g%u.bin", f);
+        write_records(grow_paths[f], f, 20 + f, 0);
+    }
+    tmp_path(ar_files[2], sizeof ar_files[2], "tok.bin");
+    write_tokens(ar_files[2], 0, 700, 20240520, 0);
+    ar_pp[2] = ar_files[2];
+    tmp_path(ar_files[3], sizeof ar_files[3], "s.tar");
+    write_tar(ar_files[3], 0, NTAR);
+    ar_pp[3] = ar_files[3];
+}
+static int k_as_is(void *user, pf_sample *s) { return (void)user, r_as_is(s); }
+static int r_as_is_step(void *user, pf_sample *s) { return (void)user, r_as_is(s); }
+/* open reader `kind` on cfg; *reader for ar_close */
+static pf_result ar_open(int kind, pf_config *cfg, void **reader) {
+    pf_result r;
+    *reader = NULL;
+    if (kind == AR_TOKENS) {
+        pf_tokens_config tc = k_config(ar_pp + 2, 1, 2, 16);
+        pf_tokens *t = NULL;
+        tc.step = k_as_is;
+        r = pf_tokens_open(&tc, cfg, &t);
+        *reader = t;
+    } else if (kind == AR_TAR) {
+        pf_tar_config tc = tar_config(ar_pp + 3, 1);
+        pf_tar *t = NULL;
+        tc.step = t_step; /* skips a few: cfg.bad_samples = PF_BAD_SKIP */
+        tc.sample_bytes = 5;
+        r = pf_tar_open(&tc, cfg, &t);
+        *reader = t;
+    } else {
+        pf_records_config rc = r_config(ar_pp, 2);
+        pf_records *rd = NULL;
+        if (kind == AR_RECORDS_GROWING) {
+            rc = r_config(NULL, 0);
+            rc.path_fn = grow_path; /* a view per epoch, files opened as epochs are planned */
+        }
+        rc.direct = kind == AR_RECORDS_DIRECT;
+        if (kind != AR_RECORDS_DIRECT) rc.step = r_as_is_step; /* a per-worker buffer */
+        r = pf_records_open(&rc, cfg, &rd);
+        *reader = rd;
+    }
+    return r;
+}
+static void ar_close(int kind, void *reader) {
+    if (kind == AR_TOKENS) pf_tokens_close((pf_tokens *)reader);
+    else if (kind == AR_TAR) pf_tar_close((pf_tar *)reader);
+    else pf_records_close((pf_records *)reader);
+}
+/* t_alloc, counting the allocations made on the library's threads (the
+   workers': their read buffers, a growing list's next epoch) */
+static pthread_t ar_main;
+static long ar_off_thread;
+static void *ar_alloc(size_t size, void *user) {
+    if (!pthread_equal(pthread_self(), ar_main)) __atomic_fetch_add(&ar_off_thread, 1, __ATOMIC_RELAXED);
+    return t_alloc(size, user);
+}
+/* one whole run of reader `kind` on allocator a: how each step ended, and
+   what a held and had counted along the way */
+typedef struct ar_out {
+    pf_result open, create, run;
+    char err[512];
+    long live_open, live_destroyed, off_thread;
+} ar_out;
+static void ar_run(int kind, talloc *a, ar_out *o) {
+    pf_config cfg = t_config_base(0, 4, 0, 3);
+    void *rd = NULL;
+    tcons t;
+    memset(o, 0, sizeof *o);
+    cfg.allocator.alloc_fn = ar_alloc;
+    cfg.allocator.free_fn = t_free;
+    cfg.allocator.user_data = a;
+    cfg.bad_samples = PF_BAD_SKIP;
+    cfg.num_workers = 2;
+    ar_main = pthread_self();
+    __atomic_store_n(&ar_off_thread, 0, __ATOMIC_RELAXED);
+    o->create = o->run = PF_TIMEOUT; /* not reached */
+    o->open = ar_open(kind, &cfg, &rd);
+    o->live_open = a->live;
+    if (o->open != PF_OK) {
+        snprintf(o->err, sizeof o->err, "%s", pf_error(NULL));
+        CHECK(rd == NULL);
+        CHECK(cfg.load == NULL); /* cfg as it was */
+        return;
+    }
+    t_begin(&t, h_seed);
+    o->create = t_create(&t, &cfg);
+    if (o->create == PF_OK) {
+        o->run = d_drain(&t, NULL, NULL, 100000);
+        snprintf(o->err, sizeof o->err, "%s", pf_error(t.l));
+    } else {
+        snprintf(o->err, sizeof o->err, "%s", pf_error(NULL));
+    }
+    t_end(&t); /* the workers' buffers go with the loader */
+    o->off_thread = __atomic_load_n(&ar_off_thread, __ATOMIC_RELAXED);
+    o->live_destroyed = a->live;
+    ar_close(kind, rd);
+}
+
+/* the readers' index, bookkeeping, file records and per-worker buffers are
+   all the caller's allocator's, and all of it comes back: the loader's by
+   pf_destroy, the reader's by its close */
+static void test_readers_allocate_through_cfg_allocator(void) {
+    ar_begin();
+    for (int kind = 0; kind < AR_KINDS; kind++) {
+        talloc a;
+        ar_out o;
+        t_alloc_init(&a, 0);
+        ar_run(kind, &a, &o);
+        CHECKF(o.open == PF_OK && o.create == PF_OK && o.run == PF_END_OF_DATA, "%s: %s", ar_names[kind], o.err);
+        CHECKF(o.live_open > 0, "%s: the open allocated nothing through cfg.allocator", ar_names[kind]);
+        CHECKF(o.off_thread >= 1, "%s: no worker state through cfg.allocator", ar_names[kind]);
+        /* the loader's and the workers' came back with pf_destroy (a growing
+           list keeps the files of its latest epochs until the close) */
+        if (kind == AR_RECORDS_GROWING)
+            CHECK(o.live_destroyed >= o.live_open);
+        else
+            CHECKF(o.live_destroyed == o.live_open, "%s: %ld blocks after pf_destroy, %ld after the open",
+                   ar_names[kind], o.live_destroyed, o.live_open);
+        CHECKF(a.live == 0 && a.bytes == 0, "%s: %ld blocks (%zu bytes) not given back", ar_names[kind], a.live,
+               a.bytes);
+        pthread_mutex_destroy(&a.mu);
+    }
+    tmp_end();
+}
+
+/* an allocator that fails once, at every allocation a whole run makes in
+   turn: the open, pf_create or pf_next fails, saying "out of memory", and
+   every block comes back (ASan: nothing else leaks either) */
+static void test_readers_fail_cleanly_without_memory(void) {
+    ar_begin();
+    for (int kind = 0; kind < AR_KINDS; kind++) {
+        talloc a;
+        ar_out o;
+        long total;
+        int failed = 0;
+        t_alloc_init(&a, 0);
+        ar_run(kind, &a, &o);
+        total = a.total;
+        pthread_mutex_destroy(&a.mu);
+        for (long n = 1; n <= total + 4; n++) {
+            t_alloc_init(&a, n);
+            ar_run(kind, &a, &o);
+            if (a.total >= n) { /* it was asked for, and failed */
+                bool clean = o.open == PF_ERR_NO_MEMORY || o.create == PF_ERR_NO_MEMORY || o.run == PF_ERR_LOAD;
+                failed++;
+                CHECKF(clean, "%s, allocation %ld failing: open %d, create %d, run %d: %s", ar_names[kind], n,
+                       (int)o.open, (int)o.create, (int)o.run, o.err);
+                CHECKF(strstr(o.err, "out of memory") != NULL, "%s, allocation %ld failing: %s", ar_names[kind], n,
+                       o.err);
+            } else {
+                CHECKF(o.run == PF_END_OF_DATA, "%s: %s", ar_names[kind], o.err);
+            }
+            CHECKF(a.live == 0, "%s, allocation %ld failing: %ld blocks not given back", ar_names[kind], n, a.live);
+            pthread_mutex_destroy(&a.mu);
+        }
+        CHECK(failed >= 5);
+    }
+    tmp_end();
+}
+
 /* the caller's worker hooks run inside the reader's, with the caller's user */
 static int rs_step(void *user, pf_sample *s) {
     wcount *wc = (wcount *)user;
@@ -1761,6 +2166,7 @@ static const h_test tests[] = {
     {"worker_state_with_autotune", test_worker_state_with_autotune},
     {"worker_stop_without_init", test_worker_stop_without_init},
     {"packed_variable_sizes", test_packed_variable_sizes},
+    {"packed_offsets_on_the_device", test_packed_offsets_on_the_device},
     {"skip_drops_and_lists_bad_samples", test_skip_drops_and_lists_bad_samples},
     {"skip_every_sample_of_a_fixed_batch", test_skip_every_sample_of_a_fixed_batch},
     {"mark_packed_and_fixed", test_mark_packed_and_fixed},
@@ -1769,6 +2175,7 @@ static const h_test tests[] = {
     {"skip_is_resume_safe", test_skip_is_resume_safe},
     {"bad_limit_resumes_where_it_stopped", test_bad_limit_resumes_where_it_stopped},
     {"bad_limit_and_skipped_token_misuse", test_bad_limit_and_skipped_token_misuse},
+    {"bad_limit_unordered_is_in_batch_order", test_bad_limit_unordered_is_in_batch_order},
     {"misuse_is_a_clear_load_error", test_misuse_is_a_clear_load_error},
     {"records_raw_in_order", test_records_raw_in_order},
     {"records_raw_shuffled", test_records_raw_shuffled},
@@ -1789,6 +2196,9 @@ static const h_test tests[] = {
     {"tar_damage_never_crashes", test_tar_damage_never_crashes},
     {"tar_pax_and_long_names_name_one_entry", test_tar_pax_and_long_names_name_one_entry},
     {"tar_duplicates_and_odd_archives_are_named", test_tar_duplicates_and_odd_archives_are_named},
+    {"tar_files_without_an_extension_are_left_out", test_tar_files_without_an_extension_are_left_out},
+    {"readers_allocate_through_cfg_allocator", test_readers_allocate_through_cfg_allocator},
+    {"readers_fail_cleanly_without_memory", test_readers_fail_cleanly_without_memory},
     {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
 };
 

@@ -6,7 +6,9 @@
      Any overlap bug (a copy overwriting a slot the kernel still reads, a
      kernel reading before the copy landed) shows as a wrong checksum.
    - pf_batch_wait, then a read on another (non-blocking) stream: only the
-     library's wait orders that read after the copy. */
+     library's wait orders that read after the copy.
+   - packed batches: a kernel finds each sample through b.dev_offsets and
+     sums it; the batch is released straight after the launch. */
 #define _POSIX_C_SOURCE 200809L
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
@@ -139,10 +141,87 @@ static void test_batch_wait_then_read_elsewhere(void) {
     t_load_free(&t);
 }
 
+/* Packed: sample x is x % 7 + 1 words of t_word(x), appended. */
+static int packed_load(void *user, pf_job *job) {
+    (void)user;
+    for (uint32_t i = 0; i < job->count; i++) {
+        uint64_t x = job->indices[i], *w = (uint64_t *)pf_job_append(job, 8 * (size_t)(x % 7 + 1));
+        if (!w) return -1;
+        for (uint64_t k = 0; k <= x % 7; k++) w[k] = t_word(x);
+    }
+    return 0;
+}
+
+/* Thread i sums sample i's words, found through the device offsets. */
+__global__ void packed_sum(const unsigned char *data, const uint64_t *offsets, uint32_t count,
+                           unsigned long long *out) {
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long acc = 0;
+    if (i >= count) return;
+    for (uint64_t at = offsets[i]; at < offsets[i + 1]; at += 8) acc += *(const unsigned long long *)(data + at);
+    atomicAdd(out, acc);
+}
+
+static void test_packed_offsets_on_the_device(void) {
+    enum { N = 5000, BS = 64, EPOCHS = 2 };
+    const uint32_t per_epoch = (N + BS - 1) / BS, total = EPOCHS * per_epoch;
+    pf_config cfg = PF_CONFIG_INIT;
+    pf_loader *l = NULL;
+    cudaStream_t s;
+    unsigned long long *dsums, *sums, *want;
+    uint32_t n = 0;
+    if (!gpus()) return h_skip("needs a GPU (the simulated runtime proves the ordering here)");
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaMalloc((void **)&dsums, total * sizeof *dsums) == cudaSuccess);
+    CHECK(cudaMemsetAsync(dsums, 0, total * sizeof *dsums, s) == cudaSuccess);
+    sums = (unsigned long long *)calloc(total, sizeof *sums);
+    want = (unsigned long long *)calloc(total, sizeof *want);
+    cfg.load = packed_load;
+    cfg.num_samples = N;
+    cfg.batch_size = BS;
+    cfg.batch_bytes = (size_t)BS * 7 * 8;
+    cfg.epochs = EPOCHS;
+    cfg.shuffle = true;
+    cfg.device_slots = 2;
+    cfg.backend = PF_BACKEND_CUDA;
+    cfg.stream = s;
+    cfg.timeout_ms = T_WAIT_MS;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(l, &b);
+        uint32_t k;
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECK_EQ(r, PF_END_OF_DATA);
+            break;
+        }
+        CHECK(b.offsets != NULL && b.dev_offsets != NULL);
+        k = (uint32_t)(b.epoch * per_epoch + b.batch);
+        for (uint32_t i = 0; i < b.count; i++) want[k] += (b.indices[i] % 7 + 1) * t_word(b.indices[i]);
+        packed_sum<<<(b.count + 127) / 128, 128, 0, s>>>((const unsigned char *)b.data, b.dev_offsets, b.count,
+                                                        dsums + k);
+        CHECK(cudaGetLastError() == cudaSuccess);
+        CHECK_EQ(pf_release(l, &b), PF_OK); /* straight after the launch: no sync */
+        n++;
+    }
+    CHECK_EQ(n, total);
+    CHECK(cudaMemcpyAsync(sums, dsums, total * sizeof *sums, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    for (uint32_t k = 0; k < total; k++) CHECKF(sums[k] == want[k], "batch %u: the sum through dev_offsets is wrong", k);
+    pf_destroy(l);
+    CHECK(cudaFree(dsums) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    free(sums);
+    free(want);
+}
+
 static const h_test tests[] = {
     {"overlap_checksums_one_device_slot", test_overlap_checksums_one_device_slot},
     {"overlap_checksums_two_device_slots", test_overlap_checksums_two_device_slots},
     {"batch_wait_then_read_elsewhere", test_batch_wait_then_read_elsewhere},
+    {"packed_offsets_on_the_device", test_packed_offsets_on_the_device},
 };
 
 int main(int argc, char **argv) {
