@@ -2228,29 +2228,69 @@ static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) 
 }
 
 
+/* No user code before pf_create has everything: a create that fails after
+   starting some threads must not have run callbacks. false: it failed. */
+static bool pf__worker_gate(pf_loader *l) {
+    bool go;
+    pf__lock(&l->sync.mu);
+    while (!l->sync.started && !l->sync.stopping) pf__wait(l, PF__ROLE_WORKER, NULL);
+    go = l->sync.started;
+    pf__unlock(&l->sync.mu);
+    return go;
+}
+
+/* Run cfg.load for claimed slot s, unlocked, and judge what it did: a
+   failure or an overflowing job->bytes becomes the slot's result and
+   message. Returns the clock at its end. */
+static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s) {
+    pf_job job;
+    int rc;
+    uint64_t now;
+    pf__worker_up(l, w);
+    pf__fill_job(l, s, w, &job);
+    w->msg[0] = '\0';
+    w->failed = false;
+    PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
+    rc = l->cfg.load(l->cfg.user, &job);
+    PF__RANGE_POP();
+    now = pf__now_ns();
+    if (rc != 0) {
+        pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
+                   (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
+                   !w->failed ? "the callback returned non-zero without pf_job_fail"
+                   : w->msg[0] ? w->msg : "(pf_job_fail with an empty message)");
+        s->result = PF_ERR_LOAD;
+    } else if (job.bytes > job.capacity) {
+        pf__format(s->msg, PF__MSG_SIZE,
+                   "load for epoch %llu batch %llu (worker %u) set job->bytes = %llu, more than "
+                   "the slot capacity of %llu bytes (cfg.batch_bytes)",
+                   (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
+                   (unsigned long long)job.bytes, (unsigned long long)job.capacity);
+        s->result = PF_ERR_LOAD;
+    } else {
+        pf__job_end(l, s, w, &job);
+    }
+    s->b.bytes = job.bytes;
+    if (s->result != PF_OK && !PF__LOAD_FLAG(&l->sync.stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
+    return now;
+}
+
+/* A worker: claim, load, publish, until the claims are done; parked while
+   autotune does not want it; growing the ring when autotune asks. */
 static PF__THREAD_FN pf__worker_main(void *arg) {
     pf__worker *w = (pf__worker *)arg;
     pf_loader *l = w->owner;
+    uint64_t now;
     if (l->ops->bind_thread) l->ops->bind_thread(l); /* a load that calls CUDA uses the loader's GPU */
-    /* no user code before pf_create has everything: a create that fails
-       after starting some threads must not have run callbacks */
-    {
-        bool go;
-        pf__lock(&l->sync.mu);
-        while (!l->sync.started && !l->sync.stopping) pf__wait(l, PF__ROLE_WORKER, NULL);
-        go = l->sync.started;
-        pf__unlock(&l->sync.mu);
-        if (!go) PF__THREAD_RETURN;
-    }
+    if (!pf__worker_gate(l)) PF__THREAD_RETURN;
     if (l->cfg.on_worker_start) l->cfg.on_worker_start(l->cfg.user, w->id);
     /* One clock read per batch: the end of a load is the start of the next
        claim (or the wakeup after a wait). */
-    uint64_t now = pf__now_ns();
+    now = pf__now_ns();
     pf__lock(&l->sync.mu);
     for (;;) {
         pf__slot *s = NULL;
-        pf_job job;
-        int rc, claim;
+        int claim;
         if (pf__grow_due(l)) { /* autotune added workers: their slots first (>>autotune) */
             pf__grow(l);
             now = pf__now_ns();
@@ -2280,32 +2320,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             continue;
         }
         pf__unlock_wake(l);
-        pf__worker_up(l, w);
-        pf__fill_job(l, s, w, &job);
-        w->msg[0] = '\0';
-        w->failed = false;
-        PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
-        rc = l->cfg.load(l->cfg.user, &job);
-        PF__RANGE_POP();
-        now = pf__now_ns();
-        if (rc != 0) {
-            pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
-                       (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
-                       !w->failed ? "the callback returned non-zero without pf_job_fail"
-                       : w->msg[0] ? w->msg : "(pf_job_fail with an empty message)");
-            s->result = PF_ERR_LOAD;
-        } else if (job.bytes > job.capacity) {
-            pf__format(s->msg, PF__MSG_SIZE,
-                       "load for epoch %llu batch %llu (worker %u) set job->bytes = %llu, more than "
-                       "the slot capacity of %llu bytes (cfg.batch_bytes)",
-                       (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
-                       (unsigned long long)job.bytes, (unsigned long long)job.capacity);
-            s->result = PF_ERR_LOAD;
-        } else {
-            pf__job_end(l, s, w, &job);
-        }
-        s->b.bytes = job.bytes;
-        if (s->result != PF_OK && !PF__LOAD_FLAG(&l->sync.stopping)) pf__log(&l->cfg, PF_LOG_ERROR, "%s", s->msg);
+        now = pf__worker_load(l, w, s);
         pf__lock(&l->sync.mu);
         l->st.load_ns += now - s->started_ns; /* index computation counts as loading */
         pf__publish(l, s);
