@@ -189,8 +189,9 @@
        (batch_size + 1) * 8 bytes rounded up to 256, for packed batches
      except with autotune, where host slots follow the active workers: the
      ring starts with what one worker needs and grows (a block per growth,
-     allocated by a worker) as autotune adds workers, up to host_slots; it
-     never shrinks. pf_stats.host_slots counts the slots with memory.
+     allocated by a worker) as autotune adds workers, up to host_slots;
+     when a trial of more workers fails, its block is given back once all
+     its slots are free. pf_stats.host_slots counts the slots with memory.
      where stride = batch_bytes rounded up to 256, so that every slot starts
      256-byte aligned for vector loads. Plus small bookkeeping through
      cfg.allocator (indices: batch_size * 8 bytes per slot). A reader
@@ -1311,8 +1312,14 @@ typedef struct pf__ring {
     /* slots 0 .. nalloc-1 have memory; with autotune the ring grows with
        the active workers (>>autotune), up to nslots, a block per growth */
     uint32_t nalloc, grow_to, ngrown;
-    bool growing, grow_failed;
+    uint32_t shrink_to;          /* a trial failed: give back the blocks above this (0: none) */
+    uint32_t keep_to;            /* the ring of the worker count last kept: grown as
+                                    a block of its own, apart from a trial's     */
+    uint32_t retire_from;        /* the block going back: its slots, once free, stay
+                                    out of the free stack (0: none)               */
+    bool growing, grow_failed;   /* growing: a worker is (de)allocating a block */
     void **grown;                /* the blocks grown, as the backend allocated them */
+    uint32_t *grown_from;        /* the first slot of each */
     pf__slot *slots;
     uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
     uint32_t *order;             /* in order: order[seq % nslots] = slot + 1 */
@@ -1440,6 +1447,7 @@ typedef struct pf__backend_ops {
     void (*place)(pf_loader *l, unsigned char *base, const size_t *off);
     pf_result (*alloc_slots)(pf_loader *l, char *why, size_t n); /* required */
     bool (*grow_slots)(pf_loader *l, uint32_t from, uint32_t to); /* required: autotune */
+    void (*shrink_slots)(pf_loader *l, void *block);               /* required: autotune */
     pf_result (*start_helpers)(pf_loader *l, char *why, size_t n);
     void (*bind_thread)(pf_loader *l); /* each worker, as it starts */
     /* the public calls: required */
@@ -1982,6 +1990,7 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
     pf__move(&s->state, PF__FROM(PF__SLOT_READY) | PF__FROM(PF__SLOT_HELD) | PF__FROM(PF__SLOT_COPYING),
              PF__SLOT_FREE);
     s->ticket = 0;
+    if (l->ring.retire_from && s->index >= l->ring.retire_from) return; /* going back (pf__shrink) */
     l->ring.free_stack[l->ring.nfree++] = s->index;
     pf__wake_workers(l, false);
 }
@@ -2069,9 +2078,63 @@ static int pf__take(pf_loader *l, pf__slot **out) {
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
+/* A failed trial's slots go back: memory follows what runs down as well
+   as up. The newest grown block, when it lies wholly above shrink_to, is
+   retired: its free slots leave the free stack, and each slot of it that
+   is freed later stays out, so no batch starts in it again. Once every
+   slot of it is FREE (none loading, ready, held or copying), a worker
+   frees the block outside the lock, one block at a time (`growing`), like
+   a growth, and the next block is looked at. A growth asked for meanwhile
+   cancels it all: the retired slots rejoin the free stack. Lock held. */
+static void pf__shrink_next(pf_loader *l) {
+    uint32_t i, k = 0, from;
+    l->ring.retire_from = 0;
+    if (!l->ring.shrink_to || !l->ring.ngrown) return;
+    from = l->ring.grown_from[l->ring.ngrown - 1];
+    if (from < l->ring.shrink_to) return;
+    l->ring.retire_from = from;
+    for (i = 0; i < l->ring.nfree; i++) /* keep the others, in their order */
+        if (l->ring.free_stack[i] < from) l->ring.free_stack[k++] = l->ring.free_stack[i];
+    l->ring.nfree = k;
+}
+
+static void pf__shrink_cancel(pf_loader *l) {
+    uint32_t i;
+    if (l->ring.retire_from) {
+        for (i = l->ring.retire_from; i < l->ring.nalloc; i++)
+            if (l->ring.slots[i].state == PF__SLOT_FREE) l->ring.free_stack[l->ring.nfree++] = i;
+        pf__wake_workers(l, false);
+    }
+    l->ring.retire_from = l->ring.shrink_to = 0;
+}
+
+static bool pf__shrink_due(const pf_loader *l) {
+    uint32_t i;
+    if (!l->ring.retire_from || l->ring.growing || l->sync.stopping) return false;
+    for (i = l->ring.retire_from; i < l->ring.nalloc; i++)
+        if (l->ring.slots[i].state != PF__SLOT_FREE) return false;
+    return true;
+}
+
+static void pf__shrink(pf_loader *l) {
+    uint32_t from = l->ring.retire_from;
+    void *block = l->ring.grown[--l->ring.ngrown];
+    l->ring.nalloc = l->ring.grow_to = from;
+    l->ring.wake_batch = from >= 8 ? from / 4 : 1;
+    l->ring.retire_from = 0;
+    l->ring.growing = true;
+    pf__unlock_wake(l);
+    l->ops->shrink_slots(l, block);
+    pf__lock(&l->sync.mu);
+    l->ring.growing = false;
+    pf__shrink_next(l);
+}
+
 /* The ring should hold `slots` (at most nslots): grow it (pf__grow). */
-static void pf__ring_for(pf_loader *l, uint32_t slots) {
+static void pf__ring_for(pf_loader *l, uint32_t slots, bool trial) {
     if (slots > l->ring.nslots) slots = l->ring.nslots;
+    if (!trial && slots > l->ring.keep_to) l->ring.keep_to = slots;
+    pf__shrink_cancel(l); /* wanted again: whatever a failed trial left stays */
     if (!l->ring.grow_failed && slots > l->ring.grow_to && slots > l->ring.nalloc) l->ring.grow_to = slots;
 }
 
@@ -2080,7 +2143,7 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
                "%.0f batches/s)", (unsigned)l->at.active, (unsigned)n, why, waited * 100,
                (unsigned long long)(l->st.batches - l->at.batches_prev), thr);
     if (n > l->at.active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
-    if (n > l->at.active) pf__ring_for(l, l->at.active + n + 1); /* on trial: see pf__grow */
+    if (n > l->at.active) pf__ring_for(l, l->at.active + n + 1, true); /* on trial: see pf__grow */
     l->at.active = n;
     l->at.changes++;
     l->at.last_change_batch = l->st.batches;
@@ -2107,14 +2170,16 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
    costs fewer slots. A worker allocates it (and
    touches it: page faults cost milliseconds here), outside the lock, one at
    a time (`growing`), so the consumer never pays for it; the new slots join
-   the free stack and the workers are told. It never shrinks (a slot may be
-   loading, ready or held; the peak is bounded by the most workers that
-   ran). If the allocation fails the ring stays as it is, and autotune keeps
+   the free stack and the workers are told. A failed trial's block goes
+   back once every slot in it is free (pf__shrink); otherwise the ring does
+   not shrink (a slot may be loading, ready or held; the peak is bounded by
+   the most workers that ran). If the allocation fails the ring stays as it is, and autotune keeps
    within what it can keep busy. Lock held on entry and return. */
 static bool pf__grow_due(const pf_loader *l) { return l->ring.grow_to > l->ring.nalloc && !l->ring.growing && !l->sync.stopping; }
 
 static void pf__grow(pf_loader *l) {
     uint32_t from = l->ring.nalloc, to = l->ring.grow_to;
+    if (l->ring.keep_to > from && l->ring.keep_to < to) to = l->ring.keep_to; /* a trial's block stands apart */
     bool ok;
     l->ring.growing = true;
     pf__unlock_wake(l);
@@ -2126,10 +2191,12 @@ static void pf__grow(pf_loader *l) {
         l->ring.grow_to = l->ring.nalloc;
     } else {
         uint32_t i;
+        l->ring.grown_from[l->ring.ngrown - 1] = from;
         for (i = from; i < to; i++) l->ring.free_stack[l->ring.nfree++] = i;
         l->ring.nalloc = to;
         l->ring.wake_batch = to >= 8 ? to / 4 : 1;
         pf__wake_all_workers(l);
+        if (l->ring.shrink_to) pf__shrink_next(l); /* its trial failed meanwhile */
     }
     if (!ok) {
         pf__unlock_wake(l);
@@ -2172,10 +2239,14 @@ static void pf__autotune(pf_loader *l) {
         if (thr < l->at.thr_before * 1.05 && waited > 0.01) {
             l->at.cap = l->at.before;
             l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
+            /* and the slots the trial added go back (pf__shrink) */
+            if (l->ring.grow_to > l->ring.nalloc && !l->ring.growing) l->ring.grow_to = l->ring.nalloc;
+            l->ring.shrink_to = pf__ring_slots(l->at.before, l->cfg.batch_bytes);
+            if (!l->ring.growing) pf__shrink_next(l); /* else pf__grow looks once it is done */
             pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
             return;
         }
-        pf__ring_for(l, pf__ring_slots(l->at.active, l->cfg.batch_bytes)); /* kept: the full ring for them */
+        pf__ring_for(l, pf__ring_slots(l->at.active, l->cfg.batch_bytes), false); /* kept: the full ring */
     }
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (waited > 0.05 && l->at.active < hi) {
@@ -2293,6 +2364,9 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         int claim;
         if (pf__grow_due(l)) { /* autotune added workers: their slots first (>>autotune) */
             pf__grow(l);
+            now = pf__now_ns();
+        } else if (pf__shrink_due(l)) { /* a failed trial's slots go back */
+            pf__shrink(l);
             now = pf__now_ns();
         }
         claim = pf__claim(l, w, now, &s);
@@ -2643,6 +2717,8 @@ static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to) {
     return true;
 }
 
+static void pf__shrink_slots_host(pf_loader *l, void *block) { l->cfg.allocator.free_fn(block, l->cfg.allocator.user_data); }
+
 static void pf__free_slots_host(pf_loader *l) {
     uint32_t i;
     if (l->ring.host_raw) l->cfg.allocator.free_fn(l->ring.host_raw, l->cfg.allocator.user_data);
@@ -2656,7 +2732,7 @@ static const pf__backend_ops pf__host_ops = {
     /* backend, taker, helpers */ PF_BACKEND_HOST, PF__ROLE_CONSUMER, 0,
     /* extra_slots */ NULL,
     /* reserve, place */ NULL, NULL,
-    /* alloc_slots, grow_slots */ pf__alloc_slots_host, pf__grow_slots_host,
+    /* alloc_slots, grow_slots, shrink_slots */ pf__alloc_slots_host, pf__grow_slots_host, pf__shrink_slots_host,
     /* start_helpers, bind_thread */ NULL, NULL,
     /* next, release, batch_wait */ pf__next_host, pf__release_host, pf__batch_wait_host,
     /* stats, staged_epoch_n */ NULL, NULL,
@@ -3650,6 +3726,14 @@ static bool pf__grow_slots_cuda(pf_loader *l, uint32_t from, uint32_t to) {
     return true;
 }
 
+/* Autotune gave a block back: every slot in it is FREE, so no copy reads
+   it (the retirer saw each one end). */
+static void pf__shrink_slots_cuda(pf_loader *l, void *block) {
+    pf__ctx_saved sv;
+    if (pf__cuda_enter(l, &sv) == cudaSuccess && cudaFreeHost(block) != cudaSuccess) (void)cudaGetLastError();
+    pf__cuda_leave(l, &sv);
+}
+
 static pf_result pf__start_helpers_cuda(pf_loader *l, char *why, size_t n) {
     if (PF__THREAD_START(&l->cu->stager, pf__stager_main, l) != 0) {
         pf__format(why, n, "pf_create: could not start the stager thread");
@@ -3716,7 +3800,7 @@ static const pf__backend_ops pf__cuda_ops = {
     /* backend, taker, helpers */ PF_BACKEND_CUDA, PF__ROLE_STAGER, 2,
     /* extra_slots */ pf__extra_slots_cuda,
     /* reserve, place */ pf__reserve_cuda, pf__place_cuda,
-    /* alloc_slots, grow_slots */ pf__cuda_create, pf__grow_slots_cuda,
+    /* alloc_slots, grow_slots, shrink_slots */ pf__cuda_create, pf__grow_slots_cuda, pf__shrink_slots_cuda,
     /* start_helpers, bind_thread */ pf__start_helpers_cuda, pf__bind_thread_cuda,
     /* next, release, batch_wait */ pf__next_cuda, pf__release_cuda, pf__batch_wait_cuda,
     /* stats, staged_epoch_n */ pf__stats_cuda, pf__staged_epoch_n_cuda,
@@ -4277,7 +4361,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     o_ckdone = pf__reserve(&lay, ck_win, 1);
     o_skip = pf__reserve(&lay, nskip, sizeof(uint64_t));
     o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
-    o_grown = pf__reserve(&lay, nslots, sizeof(void *));
+    o_grown = pf__reserve(&lay, nslots, sizeof(void *) + sizeof(uint32_t));
     if (ops->reserve) ops->reserve(&lay, c, nslots, plan_cap, o_backend);
     if (lay.overflow) {
         pf__format(why, n, "pf_create: bookkeeping for %u slots of batch_size %u does not fit in memory",
@@ -4311,6 +4395,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->ck.rs.skip = (uint64_t *)(base + o_skip);
     l->ck.rs.nskip = nskip;
     l->ring.grown = (void **)(base + o_grown);
+    l->ring.grown_from = (uint32_t *)(l->ring.grown + nslots);
     /* autotune: memory for the ring one worker needs; it grows with them */
     l->ring.nalloc = c->autotune ? pf__ring_slots(1, c->batch_bytes) : nslots;
     if (l->ring.nalloc > nslots) l->ring.nalloc = nslots;

@@ -355,7 +355,9 @@ static void test_failed_create_ran_no_callback(void) {
 typedef struct phased {
     int slow;            /* load sleeps 2 ms (a slow store) or returns at once */
     int gate_batch;      /* >= 0: this batch waits until cancelled             */
-    int logged, grew, shrank, nomem;
+    int logged, grew, shrank, nomem, reverted;
+    int serial;          /* loads take turns on one lock: more workers cannot help */
+    pthread_mutex_t one; /* that lock */
     pthread_mutex_t mu;
 } phased;
 
@@ -364,6 +366,11 @@ static int phased_load(void *user, pf_job *job) {
     uint64_t *w = (uint64_t *)job->host;
     if ((int)job->batch == __atomic_load_n(&p->gate_batch, __ATOMIC_ACQUIRE) && job->epoch == 0)
         while (!pf_job_cancelled(job)) t_sleep_us(1000); /* a stuck read: only destroy ends it */
+    if (p->serial) {
+        pthread_mutex_lock(&p->one);
+        t_sleep_us(1000);
+        pthread_mutex_unlock(&p->one);
+    }
     if (__atomic_load_n(&p->slow, __ATOMIC_ACQUIRE)) t_sleep_us(2000);
 #ifdef TEST_SIM
     cudaSimHostWrite(job->host, 8 * (job->count + 1));
@@ -386,6 +393,7 @@ static void phased_log(void *user, int level, const char *msg) {
     p->logged++;
     p->grew += strstr(msg, "input-bound") != NULL;
     p->shrank += strstr(msg, "compute-bound") != NULL;
+    p->reverted += strstr(msg, "did not help") != NULL;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -410,6 +418,7 @@ static void phased_init(phased *p) {
     memset(p, 0, sizeof *p);
     p->gate_batch = -1;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->one, NULL);
 }
 
 /* Starved, it grows; then compute-bound with idle workers, it shrinks; and
@@ -480,7 +489,9 @@ static void test_autotune_ring_grows_with_workers(void) {
         CHECK_EQ(b.batch, k);
         pf_get_stats(c.l, &st);
         if (st.workers_active > peak) peak = st.workers_active;
-        CHECKF(st.host_slots >= slots, "the ring shrank from %u to %u slots", slots, st.host_slots);
+        /* it shrinks only after a trial failed (on a busy machine one may) */
+        CHECKF(st.host_slots >= slots || __atomic_load_n(&p.reverted, __ATOMIC_ACQUIRE) > 0,
+               "the ring shrank from %u to %u slots with no failed trial", slots, st.host_slots);
         slots = st.host_slots;
         CHECK(slots <= 17);
         CHECK_EQ(pf_release(c.l, &b), PF_OK);
@@ -498,6 +509,50 @@ static void test_autotune_ring_grows_with_workers(void) {
     if (h_verbose) printf("    peak %u workers, %u slots, %u asked for\n", peak, slots, asked);
     t_end(&c);
     pthread_mutex_destroy(&p.mu);
+}
+
+/* A trial that fails gives its slots back: the loads take turns on one
+   lock, so a second worker cannot help; autotune tries one, sees no gain,
+   goes back to one worker, and the slots grown for the trial are freed
+   once they are free (host: cfg.allocator; simulated CUDA: cudaFreeHost).
+   Every batch still arrives once, in order. */
+static void test_autotune_failed_trial_gives_its_slots_back(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_stats st;
+    uint32_t most = 0;
+    uint64_t k = 0;
+    phased_init(&p);
+    p.serial = 1;
+    t_begin(&c, h_seed);
+    c.on_host = 1;
+    cfg = phased_config(&p, &c, 1200);
+    cfg.batch_bytes = (size_t)1 << 20; /* big: the ring is 2W+1 */
+    cfg.host_slots = 0;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (; k < 1200; k++) { /* bounded: 1200 batches of 1 ms */
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        pf_get_stats(c.l, &st);
+        if (st.host_slots > most) most = st.host_slots;
+        if (__atomic_load_n(&p.reverted, __ATOMIC_ACQUIRE) && most > 3 && st.host_slots == 3) break;
+    }
+    CHECKF(p.reverted > 0, "no trial failed in %llu batches (%d changes logged)", (unsigned long long)k, p.logged);
+    CHECKF(most > 3, "the trial grew no slots (at most %u)", most);
+    CHECKF(st.host_slots == 3, "after the failed trial the ring kept %u slots (it grew to %u)", st.host_slots, most);
+    for (k++; k < 1200; k++) { /* the rest, still in order */
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    if (h_verbose) printf("    grew to %u slots, back to %u; %d changes logged\n", most, st.host_slots, p.logged);
+    t_end(&c); /* every block freed once: no leak, no double free */
+    pthread_mutex_destroy(&p.mu);
+    pthread_mutex_destroy(&p.one);
 }
 
 /* The ring cannot grow (the allocator or cudaHostAlloc fails): it says so,
@@ -617,6 +672,7 @@ static const h_test tests[] = {
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
     {"autotune_ring_grows_with_workers", test_autotune_ring_grows_with_workers},
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
+    {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
