@@ -2099,8 +2099,8 @@ static void pf__shrink_next(pf_loader *l) {
 }
 
 static void pf__shrink_cancel(pf_loader *l) {
-    uint32_t i;
     if (l->ring.retire_from) {
+        uint32_t i;
         for (i = l->ring.retire_from; i < l->ring.nalloc; i++)
             if (l->ring.slots[i].state == PF__SLOT_FREE) l->ring.free_stack[l->ring.nfree++] = i;
         pf__wake_workers(l, false);
