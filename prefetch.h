@@ -5025,10 +5025,21 @@ static const char *pf__errno_text(int e, char *buf, size_t n) {
    bookkeeping and index at the open, a growing list's files as epochs are
    planned, each worker's read buffer on that worker's thread. All of it
    is given back by the close (the buffers by pf_destroy). */
-static void *pf__rd_alloc(const pf_allocator *a, size_t n) { return a->alloc_fn(n ? n : 1, a->user_data); }
+/* The size of this thread's latest refused reader allocation, for the
+   out-of-memory messages (PF__RD_OOM). */
+static PF__THREAD_LOCAL unsigned long long pf__rd_refused;
+#define PF__RD_OOM "out of memory (cfg.allocator refused %llu bytes)"
+static void *pf__rd_alloc(const pf_allocator *a, size_t n) {
+    void *p = a->alloc_fn(n ? n : 1, a->user_data);
+    if (!p) pf__rd_refused = (unsigned long long)n;
+    return p;
+}
 static void *pf__rd_calloc(const pf_allocator *a, size_t count, size_t size) {
     void *p;
-    if (size && count > SIZE_MAX / size) return NULL;
+    if (size && count > SIZE_MAX / size) {
+        pf__rd_refused = (unsigned long long)-1; /* more than a size_t holds */
+        return NULL;
+    }
     p = pf__rd_alloc(a, count * size);
     if (p) memset(p, 0, count * size);
     return p;
@@ -5333,7 +5344,7 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
     if (!f || !f->path) {
         close(fd);
         pf__rd_free(&r->rd.al, f);
-        pf__format(why, n, "out of memory (cfg.allocator) opening %s", path);
+        pf__format(why, n, PF__RD_OOM " opening %s", pf__rd_refused, path);
         *oom = true;
         return NULL;
     }
@@ -5584,7 +5595,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
         if (!rc->paths[i]) return (pf__format(why, n, "pf_records_open: paths[%u] is NULL", (unsigned)i), PF_ERR_INVALID_ARG);
     al = pf_config_defaults(cfg).allocator;
     r = (pf_records *)pf__rd_calloc(&al, 1, sizeof *r);
-    if (!r) return (pf__format(why, n, "pf_records_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
+    if (!r) return (pf__format(why, n, "pf_records_open: " PF__RD_OOM, pf__rd_refused), PF_ERR_NO_MEMORY);
     r->rd.al = al;
     r->c = *rc;
     if (!r->c.max_files) r->c.max_files = 4096;
@@ -5643,8 +5654,8 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     return PF_OK;
 no_memory:
     pf_records_close(r);
-    return (pf__format(why, n, "pf_records_open: out of memory (cfg.allocator) for %u files' bookkeeping",
-                       (unsigned)files),
+    return (pf__format(why, n, "pf_records_open: " PF__RD_OOM " for %u files' bookkeeping",
+                       pf__rd_refused, (unsigned)files),
             PF_ERR_NO_MEMORY);
 }
 
@@ -5727,7 +5738,7 @@ static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *
     int32_t h[256];
     struct stat st;
     s->path = pf__rd_strdup(&t->rd.al, path);
-    if (!s->path) return (pf__format(why, n, "pf_tokens_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
+    if (!s->path) return (pf__format(why, n, "pf_tokens_open: " PF__RD_OOM, pf__rd_refused), PF_ERR_NO_MEMORY);
     s->fd = open(path, O_RDONLY);
     if (s->fd < 0 || fstat(s->fd, &st) != 0) {
         char err[PF__ERRNO_TEXT];
@@ -5779,7 +5790,7 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
     if (t) t->sh = (pf__tok_shard *)pf__rd_calloc(&al, tc->num_paths, sizeof *t->sh);
     if (!t || !t->sh) {
         pf__rd_free(&al, t);
-        return (pf__format(why, n, "pf_tokens_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
+        return (pf__format(why, n, "pf_tokens_open: " PF__RD_OOM, pf__rd_refused), PF_ERR_NO_MEMORY);
     }
     t->rd.al = al;
     t->bt = (uint64_t)tc->B * tc->T;
@@ -5910,8 +5921,10 @@ static bool pf__tar_number(const unsigned char *f, size_t len, uint64_t *out) {
 /* pax records "LEN key=value\n": path and size override the next header.
    *has_path says whether a path record was there (an empty value, as POSIX
    says, leaves the header's own name in force). */
+/* false: malformed, or (*too_long set to its length) a path of path_cap
+   bytes or more */
 static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bool *has_path, uint64_t *size,
-                        bool *has_size) {
+                        bool *has_size, size_t *too_long) {
     size_t at = 0;
     while (at < n) {
         size_t len = 0, k = at, eq;
@@ -5923,7 +5936,7 @@ static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bo
         if (eq == at + len) return false;
         if (eq - k == 4 && !memcmp(p + k, "path", 4)) {
             size_t vl = at + len - 1 - (eq + 1);
-            if (vl >= path_cap) return false;
+            if (vl >= path_cap) return (*too_long = vl), false;
             memcpy(path, p + eq + 1, vl);
             path[vl] = '\0';
             *has_path = vl > 0;
@@ -5960,10 +5973,10 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
 #define PF__TAR_OOM() \
-    do { pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator) indexing %s", path); \
+    do { pf__format(why, n, "pf_tar_open: " PF__RD_OOM " indexing %s", pf__rd_refused, path); \
          res = PF_ERR_NO_MEMORY; goto done; } while (0)
     if (!name || !longname) {
-        pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)");
+        pf__format(why, n, "pf_tar_open: " PF__RD_OOM, pf__rd_refused);
         res = PF_ERR_NO_MEMORY;
         goto done;
     }
@@ -6027,10 +6040,15 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                 memcpy(longname, meta, len + 1);
                 has_long = true;
             } else {
+                size_t too_long = 0;
                 if (!pf__tar_pax(meta, (size_t)size, longname, PF__TAR_PATH, &has_pax_path, &pax_size,
-                                 &has_pax_size))
+                                 &has_pax_size, &too_long)) {
+                    if (too_long)
+                        PF__TAR_BAD("pf_tar_open: %s: the pax path at byte %llu is %llu bytes, longer than %u", path,
+                                    (unsigned long long)pos, (unsigned long long)too_long, PF__TAR_PATH - 1);
                     PF__TAR_BAD("pf_tar_open: %s is corrupt: the pax header at byte %llu is malformed", path,
                                 (unsigned long long)pos);
+                }
             }
             pos = next;
             continue;
@@ -6044,7 +6062,9 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             snprintf(name, PF__TAR_PATH, "%s", longname);
         } else {
             size_t pl = strnlen((const char *)h + 345, 155), nl = strnlen((const char *)h, 100);
-            if (!memcmp(h + 257, "ustar", 5) && pl)
+            /* the name prefix is POSIX ustar's ("ustar\0"); an old GNU
+               header ("ustar  \0") keeps its atime and ctime there */
+            if (!memcmp(h + 257, "ustar", 6) && pl)
                 snprintf(name, PF__TAR_PATH, "%.*s/%.*s", (int)pl, (const char *)h + 345, (int)nl, (const char *)h);
             else
                 snprintf(name, PF__TAR_PATH, "%.*s", (int)nl, (const char *)h);
@@ -6216,7 +6236,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
     }
     if (!t || !t->paths || !t->fds) {
         pf_tar_close(t);
-        return (pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)"), PF_ERR_NO_MEMORY);
+        return (pf__format(why, n, "pf_tar_open: " PF__RD_OOM, pf__rd_refused), PF_ERR_NO_MEMORY);
     }
     t->rd.log = cfg->log; /* the index warns through it */
     t->rd.log_user = cfg->log_user;
@@ -6230,7 +6250,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
         }
         t->paths[i] = pf__rd_strdup(&al, tc->paths[i]);
         if (!t->paths[i]) {
-            pf__format(why, n, "pf_tar_open: out of memory (cfg.allocator)");
+            pf__format(why, n, "pf_tar_open: " PF__RD_OOM, pf__rd_refused);
             res = PF_ERR_NO_MEMORY;
             break;
         }

@@ -1459,6 +1459,7 @@ static void test_records_bad_input_is_named(void) {
 }
 
 /* ---- tar: ustar, GNU long names and pax paths, grouped by key ---- */
+static int tar_gnu; /* headers as old GNU tar writes them: "ustar  " and times where POSIX has the prefix */
 static void tar_header(FILE *f, const char *name, uint64_t size, char type, const char *prefix) {
     unsigned char h[512];
     unsigned sum = 0;
@@ -1473,6 +1474,11 @@ static void tar_header(FILE *f, const char *name, uint64_t size, char type, cons
     h[156] = (unsigned char)type;
     memcpy(h + 257, "ustar", 6);
     memcpy(h + 263, "00", 2);
+    if (tar_gnu) { /* tar -G: atime and ctime at 345 and 357 */
+        memcpy(h + 257, "ustar  ", 8);
+        memcpy(h + 345, "15300705415", 12);
+        memcpy(h + 357, "15300705415", 12);
+    }
     if (prefix) snprintf((char *)h + 345, 155, "%s", prefix);
     for (int i = 0; i < 512; i++) sum += h[i];
     snprintf((char *)h + 148, 8, "%06o", sum);
@@ -1895,6 +1901,59 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
    out without ending the sample around it, with one warning per shard; a
    trailing dot is an empty extension; the key ends at the basename's
    first dot, so the rest (dots included) names the part */
+/* Names as tar writes them in two formats the index must not misread: an
+   old GNU header (magic "ustar  ", its atime where POSIX keeps the name
+   prefix) gives the plain name, not "15300705415/..."; a pax path too long
+   for the index is refused as too long, not as corrupt. */
+static void test_tar_gnu_headers_and_long_pax_paths(void) {
+    char path[300], rec[6000], longp[5001];
+    const char *pp[1] = {path};
+    pf_tar_config tc;
+    pf_tar *tr = NULL;
+    pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
+    tnames tn;
+    FILE *f;
+    memset(&tn, 0, sizeof tn);
+    pthread_mutex_init(&tn.mu, NULL);
+    tmp_begin();
+    tmp_path(path, sizeof path, "gnu.tar");
+    f = fopen(path, "wb");
+    tar_gnu = 1;
+    tar_file(f, "sub.dir/k.jpg", "kkk", 3);
+    tar_file(f, "sub.dir/k.cls", "1", 1);
+    tar_gnu = 0;
+    {
+        static const unsigned char zero[1024] = {0};
+        fwrite(zero, 1, sizeof zero, f);
+    }
+    fclose(f);
+    tc = tar_config(pp, 1);
+    tc.step = tn_step;
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 1);
+    d_run_all(&cfg, tn_check, &tn, 100, NULL);
+    pf_tar_close(tr);
+    CHECK_EQ(tn.n, 1);
+    CHECKF(tn.n == 1 && !strcmp(tn.got[0], "sub.dir/k:jpg/3,cls/1"), "got %s", tn.got[0]);
+    /* a pax path of 5000 bytes */
+    memset(longp, 'p', 4990);
+    memcpy(longp + 4990, "/k.jpg", 7);
+    rec[0] = '\0';
+    pax_add(rec, sizeof rec, "path", longp);
+    f = fopen(path, "wb");
+    tar_meta(f, "PaxHeader", 'x', rec, strlen(rec));
+    tar_header(f, "short", 3, '0', NULL);
+    tar_data(f, "kkk", 3);
+    fclose(f);
+    cfg = t_config_base(0, 4, 4 * 128, 1);
+    tr = (pf_tar *)1;
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "longer than 4095");
+    CHECK_CONTAINS(pf_error(NULL), "the pax path at byte 0 is 4996 bytes");
+    CHECK(tr == NULL);
+    tmp_end();
+    pthread_mutex_destroy(&tn.mu);
+}
+
 static void test_tar_files_without_an_extension_are_left_out(void) {
     char path[300];
     const char *pp[1] = {path};
@@ -2114,6 +2173,9 @@ static void test_readers_fail_cleanly_without_memory(void) {
                        (int)o.open, (int)o.create, (int)o.run, o.err);
                 CHECKF(strstr(o.err, "out of memory") != NULL, "%s, allocation %ld failing: %s", ar_names[kind], n,
                        o.err);
+                /* and how much: every such message names its bytes */
+                CHECKF(strstr(o.err, " byte") != NULL || strstr(o.err, "-byte") != NULL,
+                       "%s, allocation %ld failing, says no size: %s", ar_names[kind], n, o.err);
             } else {
                 CHECKF(o.run == PF_END_OF_DATA, "%s: %s", ar_names[kind], o.err);
             }
@@ -2197,6 +2259,7 @@ static const h_test tests[] = {
     {"tar_pax_and_long_names_name_one_entry", test_tar_pax_and_long_names_name_one_entry},
     {"tar_duplicates_and_odd_archives_are_named", test_tar_duplicates_and_odd_archives_are_named},
     {"tar_files_without_an_extension_are_left_out", test_tar_files_without_an_extension_are_left_out},
+    {"tar_gnu_headers_and_long_pax_paths", test_tar_gnu_headers_and_long_pax_paths},
     {"readers_allocate_through_cfg_allocator", test_readers_allocate_through_cfg_allocator},
     {"readers_fail_cleanly_without_memory", test_readers_fail_cleanly_without_memory},
     {"reader_keeps_your_worker_state", test_reader_keeps_your_worker_state},
