@@ -1489,6 +1489,12 @@ static void tar_data(FILE *f, const void *p, size_t n) {
     fwrite(p, 1, n, f);
     fwrite(zero, 1, (512 - n % 512) % 512, f);
 }
+/* The two zero blocks that end an archive, and the file. */
+static void tar_end(FILE *f) {
+    static const unsigned char zero[1024] = {0};
+    fwrite(zero, 1, sizeof zero, f);
+    fclose(f);
+}
 static void tar_file(FILE *f, const char *name, const void *p, size_t n) {
     if (strlen(name) >= 100) { /* GNU long name */
         tar_header(f, "././@LongLink", strlen(name) + 1, 'L', NULL);
@@ -1826,11 +1832,7 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
     rec[0] = '\0';
     pax_add(rec, sizeof rec, "path", "zz.jpg");
     tar_meta(f, "./PaxHeaders/zz", 'x', rec, strlen(rec)); /* dangling */
-    {
-        static const unsigned char zero[1024] = {0};
-        fwrite(zero, 1, sizeof zero, f);
-    }
-    fclose(f);
+    tar_end(f);
     tc = tar_config(pp, 1);
     tc.step = tn_step;
     cap_begin(&lc, &cfg);
@@ -1922,11 +1924,7 @@ static void test_tar_gnu_headers_and_long_pax_paths(void) {
     tar_file(f, "sub.dir/k.jpg", "kkk", 3);
     tar_file(f, "sub.dir/k.cls", "1", 1);
     tar_gnu = 0;
-    {
-        static const unsigned char zero[1024] = {0};
-        fwrite(zero, 1, sizeof zero, f);
-    }
-    fclose(f);
+    tar_end(f);
     tc = tar_config(pp, 1);
     tc.step = tn_step;
     CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
@@ -1976,11 +1974,7 @@ static void test_tar_files_without_an_extension_are_left_out(void) {
     tar_file(f, "d.v1/b.txt", "bb", 2);
     tar_file(f, "c.", "c", 1);
     tar_file(f, "c.seg.png", "cc", 2);
-    {
-        static const unsigned char zero[1024] = {0};
-        fwrite(zero, 1, sizeof zero, f);
-    }
-    fclose(f);
+    tar_end(f);
     tc = tar_config(pp, 1);
     tc.step = tn_step;
     cap_begin(&lc, &cfg);
