@@ -1044,7 +1044,6 @@ static PF__THREAD_LOCAL char pf__create_error[PF__MSG_SIZE];
    planner calls the function on the worker that plans. */
 static PF__THREAD_LOCAL char pf__plan_why[PF__MSG_SIZE];
 #define PF__PLAN_FAILED UINT64_MAX
-#define PF__USE_HOST 1000 /* pf__choose_gpu: run on the host backend */
 
 static void *pf__malloc_default(size_t size, void *user) {
     (void)user;
@@ -1432,6 +1431,7 @@ static size_t pf__reserve(pf__layout *lay, size_t count, size_t elem) {
    pf_create picks one (pf__choose_gpu), and shared code calls through
    l->ops, never asking which backend it is on. An entry not marked
    required may be NULL: nothing to do on that backend. */
+#define PF__USE_HOST 1000 /* pf__choose_gpu: run on the host backend */
 #define PF__BACKEND_OFFSETS 12 /* the most arrays a backend reserves in the block */
 typedef struct pf__backend_ops {
     pf_backend backend;
@@ -4292,24 +4292,6 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
 #undef PF__RBAD
 }
 
-/* >>public ---------------------------------------------------------------- */
-static void pf__teardown(pf_loader *l) {
-    uint32_t i;
-    pf_allocator a = l->cfg.allocator;
-    if (l->sync.mu_ok) {
-        pf__lock(&l->sync.mu);
-        PF__STORE_FLAG(&l->sync.stopping, 1);
-        for (i = 0; i < l->sync.cv_ok; i++) pf__broadcast(&l->sync.cv[i]);
-        pf__unlock(&l->sync.mu);
-    }
-    if (l->ops && l->ops->join_helpers) l->ops->join_helpers(l);
-    for (i = 0; i < l->pool.started; i++) pf__thread_join(l->pool.w[i].thread);
-    if (l->ops) l->ops->free_slots(l);
-    for (i = 0; i < l->sync.cv_ok; i++) pf__cond_destroy(&l->sync.cv[i]);
-    if (l->sync.mu_ok) pf__mutex_destroy(&l->sync.mu);
-    a.free_fn(l, a.user_data);
-}
-
 /* Start every cursor at the token's position (it was checked in pf_create). */
 static void pf__resume_at(pf_loader *l, const char *tok) {
     char why[PF__MSG_SIZE];
@@ -4328,6 +4310,24 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
     l->ck.n_known = l->ck.rs.has_n;
     l->ck.skipped = l->st.skipped = l->ck.rs.skipped; /* bad_limit and pf_stats.skipped go on from there */
     for (i = 0; i < l->ck.rs.nskip; i++) l->ck.done[l->ck.rs.skip[i] % l->ck.win] = 1;
+}
+
+/* >>public ---------------------------------------------------------------- */
+static void pf__teardown(pf_loader *l) {
+    uint32_t i;
+    pf_allocator a = l->cfg.allocator;
+    if (l->sync.mu_ok) {
+        pf__lock(&l->sync.mu);
+        PF__STORE_FLAG(&l->sync.stopping, 1);
+        for (i = 0; i < l->sync.cv_ok; i++) pf__broadcast(&l->sync.cv[i]);
+        pf__unlock(&l->sync.mu);
+    }
+    if (l->ops && l->ops->join_helpers) l->ops->join_helpers(l);
+    for (i = 0; i < l->pool.started; i++) pf__thread_join(l->pool.w[i].thread);
+    if (l->ops) l->ops->free_slots(l);
+    for (i = 0; i < l->sync.cv_ok; i++) pf__cond_destroy(&l->sync.cv[i]);
+    if (l->sync.mu_ok) pf__mutex_destroy(&l->sync.mu);
+    a.free_fn(l, a.user_data);
 }
 
 /* rs0: the token pf_create read (its done list counted, not stored), or
