@@ -538,11 +538,16 @@ static void test_autotune_failed_trial_gives_its_slots_back(void) {
         CHECK_EQ(pf_release(c.l, &b), PF_OK);
         pf_get_stats(c.l, &st);
         if (st.host_slots > most) most = st.host_slots;
-        if (__atomic_load_n(&p.reverted, __ATOMIC_ACQUIRE) && most > 3 && st.host_slots == 3) break;
+        /* back to the ring of the workers it kept (a noisy first trial may
+           keep 2, then fail with more) */
+        if (__atomic_load_n(&p.reverted, __ATOMIC_ACQUIRE) && most > st.host_slots &&
+            st.host_slots == 2 * st.workers_active + 1)
+            break;
     }
     CHECKF(p.reverted > 0, "no trial failed in %llu batches (%d changes logged)", (unsigned long long)k, p.logged);
-    CHECKF(most > 3, "the trial grew no slots (at most %u)", most);
-    CHECKF(st.host_slots == 3, "after the failed trial the ring kept %u slots (it grew to %u)", st.host_slots, most);
+    CHECKF(most > st.host_slots, "the trial grew no slots (at most %u)", most);
+    CHECKF(st.host_slots == 2 * st.workers_active + 1, "after the failed trial the ring kept %u slots for %u workers "
+           "(it grew to %u)", st.host_slots, st.workers_active, most);
     for (k++; k < 1200; k++) { /* the rest, still in order */
         pf_batch b;
         CHECK_EQ(pf_next(c.l, &b), PF_OK);
