@@ -158,7 +158,8 @@
                (COPYING the stager, READY nobody, HELD the caller). States
                move only through pf__move, which asserts the move. Growth
                (autotune): the worker that set ring.growing writes the new
-               slots' memory and ring.grown without the lock.
+               slots' memory and ring.grown without the lock, and frees a
+               failed trial's block (ring.retire_from) the same way.
        claim   the epochs' plans and the workers' claim cursor (>>claim):
                workers claim and plan (dropping the lock around
                cfg.num_samples_fn), the taker retires plans.
