@@ -327,7 +327,8 @@ typedef struct pf_job {
     uint64_t epoch, batch;     /* batch: 0-based within the epoch (of this rank) */
     const uint64_t *indices;   /* count sample indices, in batch order          */
     uint32_t count;            /* samples in this batch (the last may be short) */
-    uint32_t worker;           /* 0 .. num_workers-1                            */
+    uint32_t worker;           /* 0 .. num_workers-1; num_workers when pf_next
+                                  loads the batch itself (autotune, below)     */
     void *host;                /* the slot: capacity bytes (pinned on CUDA)     */
     size_t capacity;           /* = cfg.batch_bytes                             */
     size_t bytes;              /* load sets the bytes it wrote; default capacity */
@@ -402,7 +403,10 @@ typedef struct pf_config {
     uint32_t shuffle_window;   /* [8] with shuffle_block > 1: how many blocks
                                   have their samples mixed together           */
     bool autotune;             /* [false] size the active workers from the
-                                  loader's own measurements, up to num_workers */
+                                  loader's own measurements, up to num_workers;
+                                  host backend without worker_init/stop: none at
+                                  all when a load costs less than handing a
+                                  batch over, and pf_next loads on your thread */
     bool poison;               /* [false] debug: the host backend fills each slot
                                   past job->bytes with 0xA5 before pf_next
                                   returns it, so a loop that reads past what
@@ -492,7 +496,8 @@ typedef struct pf_stats {
                                   the consumer (or the copy) is the bottleneck   */
     double occupancy;          /* mean fraction of host slots filled and waiting,
                                   seen at each pf_next                           */
-    uint32_t workers_active;   /* workers allowed to load now (autotune: its choice) */
+    uint32_t workers_active;   /* workers allowed to load now (autotune: its choice;
+                                  0: pf_next loads each batch itself)           */
     uint64_t skipped;          /* bad samples skipped or marked (cfg.bad_samples),
                                   in batches handed on for delivery so far    */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
@@ -1220,6 +1225,7 @@ typedef struct pf__slot {
     const pf__plan *plan; /* its epoch's plan, alive until the slot is taken */
     unsigned char *data;
     uint64_t seq, ticket, started_ns;
+    uint64_t call_ns;     /* cfg.load itself, for autotune's inline choice */
     uint32_t worker, index;
     int state;
     int result; /* PF_OK, or the error a READY slot carries */
@@ -1385,7 +1391,7 @@ typedef struct pf__pool {
 /* (>>autotune) workers 0 .. active-1 load, the rest park */
 typedef struct pf__tuner {
     uint32_t active;
-    uint64_t t0, batches0, wait0, load0, wwait0; /* the period's start   */
+    uint64_t t0, batches0, wait0, load0, wwait0, call0; /* the period's start */
     uint64_t batches_prev; /* the start of the period just measured       */
     double thr_before;     /* throughput before the last increase         */
     double load_before;    /* and the load time per batch then            */
@@ -1398,6 +1404,9 @@ typedef struct pf__tuner {
     uint32_t floor;        /* fewer starved it: stay at or above...        */
     double floor_step;     /* ...while the consumer's time per batch stays near this */
     uint64_t changes, last_change_batch;
+    double inline_load;    /* the load per batch when pf_next took the loads
+                              over (or when that did not pay: inline_failed) */
+    bool inline_failed;
     char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
 } pf__tuner;
 
@@ -1406,6 +1415,7 @@ typedef struct pf__counters {
     uint64_t batches, samples, bytes, copies, copy_bytes;
     uint64_t first_ns, last_ns, wait_input_ns, wait_copy_ns, wait_gpu_ns;
     uint64_t load_ns, worker_wait_ns, ready_sum;
+    uint64_t call_ns;      /* inside cfg.load alone (load_ns adds the claim) */
     uint64_t skipped;      /* bad samples in batches taken (>>samples) */
     uint32_t waiters;      /* pf_next calls waiting: their waits are counted once */
     uint64_t wait_since;
@@ -1920,7 +1930,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
     for (;;) {
         pf__slot *s;
         if (l->sync.stopping || l->claim.done) return PF__CLAIM_DONE;
-        if (w->id >= l->at.active) return PF__CLAIM_PARKED; /* autotune: not needed now */
+        if (w->id >= l->at.active && w->id < l->cfg.num_workers) return PF__CLAIM_PARKED; /* autotune: not needed now */
         if (l->ring.nfree == 0) return PF__CLAIM_NO_SLOT;
         if (!l->claim.planned) {
             if (l->cfg.epochs && l->claim.epoch >= l->cfg.epochs) {
@@ -2076,6 +2086,10 @@ static int pf__take(pf_loader *l, pf__slot **out) {
    than the slot ring can keep busy. */
 #define PF__AT_PERIOD 32u
 #define PF__AT_MIN_NS 20000000u /* and at least 20 ms */
+/* The dearest load pf_next may take over: a handoff between threads costs
+   0.3-40 us (a spin, or a sleep and a wake on a VM); a load that costs more
+   than this is never cheaper to run in the caller's thread. */
+#define PF__INLINE_MAX_S 50e-6
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
@@ -2158,6 +2172,7 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.wait0 = waits;
     l->at.load0 = l->st.load_ns;
     l->at.wwait0 = l->st.worker_wait_ns;
+    l->at.call0 = l->st.call_ns;
 }
 
 
@@ -2211,7 +2226,7 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, waited, load_pb, step_pb, idle;
+    double dt, thr, waited, load_pb, step_pb, idle, call_pb;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     now = pf__now_ns();
     if (l->at.t0 && now - l->at.t0 < PF__AT_MIN_NS) return; /* cheap batches: 32 of them are noise */
@@ -2226,11 +2241,42 @@ static void pf__autotune(pf_loader *l) {
     thr = (double)db / dt;
     waited = pf__sec(waits - l->at.wait0) / dt;
     load_pb = pf__sec(l->st.load_ns - l->at.load0) / (double)db;
+    call_pb = pf__sec(l->st.call_ns - l->at.call0) / (double)db;
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
-    idle = pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active);
+    idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
     pf__at_period_start(l, now, waits);
     if (l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load)) l->at.cap = limit; /* the load changed */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
+    if (l->at.probing && !l->at.active) { /* pf_next loading on trial */
+        l->at.probing = false;
+        if (thr < l->at.thr_before * 1.05) {
+            l->at.inline_failed = true;
+            l->at.inline_load = call_pb;
+            pf__set_active(l, l->at.before, "loading in pf_next did not help", waited, thr);
+            return;
+        }
+    } else if (!l->at.active) {
+        if (pf__drifted(call_pb, l->at.inline_load)) /* dearer loads: workers again */
+            pf__set_active(l, 1, "loads changed", waited, thr);
+        return;
+    }
+    /* Input-bound with loads cheaper than half the wait for each batch:
+       the handoff between threads costs more than the load itself, so
+       pf_next tries loading the batches itself (no workers); kept only if
+       that is 5% faster. (Without the half, a CPU-bound load on a busy
+       machine also qualifies, and the trial costs it.) Only on the host
+       backend, and not with per-worker state, which belongs to workers. */
+    if (l->ops->taker == PF__ROLE_CONSUMER && !l->cfg.worker_init && !l->cfg.worker_stop && !l->at.probing &&
+        waited > 0.05 && call_pb < PF__INLINE_MAX_S && call_pb * 2 < waited * dt / (double)db &&
+        !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
+        l->at.inline_failed = false;
+        l->at.inline_load = call_pb;
+        l->at.thr_before = thr;
+        l->at.before = l->at.active;
+        l->at.probing = true;
+        pf__set_active(l, 0, "loads cheaper than a handoff: pf_next loads", waited, thr);
+        return;
+    }
     if (l->at.probing) {
         l->at.probing = false;
         /* not 5% better while the consumer still waited for loads: more
@@ -2323,9 +2369,11 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s) {
     w->msg[0] = '\0';
     w->failed = false;
     PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
-    rc = l->cfg.load(l->cfg.user, &job);
-    PF__RANGE_POP();
     now = pf__now_ns();
+    rc = l->cfg.load(l->cfg.user, &job);
+    s->call_ns = pf__now_ns() - now;
+    now += s->call_ns;
+    PF__RANGE_POP();
     if (rc != 0) {
         pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
                    (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
@@ -2398,6 +2446,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         now = pf__worker_load(l, w, s);
         pf__lock(&l->sync.mu);
         l->st.load_ns += now - s->started_ns; /* index computation counts as loading */
+        l->st.call_ns += s->call_ns;
         pf__publish(l, s);
     }
     pf__unlock_wake(l);
@@ -2617,6 +2666,26 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
 
 /* >>backend host ---------------------------------------------------------- */
 /* pf_next hands out the filled host slot itself; pf_release frees it. */
+/* Autotune found a load cheaper than handing a batch over between threads
+   and parked every worker: pf_next claims and loads the next batch itself,
+   through the pool's extra record (id num_workers), as a worker would.
+   Never with cfg.worker_init or worker_stop (their state belongs to worker
+   threads). true: a batch was loaded (take again); false: nothing to claim
+   now, wait. Lock held on entry and return, dropped around the load. */
+static bool pf__load_inline(pf_loader *l) {
+    pf__worker *w = &l->pool.w[l->cfg.num_workers];
+    pf__slot *s = NULL;
+    uint64_t end;
+    if (pf__claim(l, w, pf__now_ns(), &s) != PF__CLAIM_OK) return false;
+    pf__unlock_wake(l);
+    end = pf__worker_load(l, w, s);
+    pf__lock(&l->sync.mu);
+    l->st.load_ns += end - s->started_ns;
+    l->st.call_ns += s->call_ns;
+    pf__publish(l, s);
+    return true;
+}
+
 static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     static const pf__wait_on input = {PF__WAIT_INPUT, 0};
     bool timed_out = false;
@@ -2637,6 +2706,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         }
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
         if (r != PF__WAIT) return pf__show_error(l);
+        if (!l->at.active && pf__load_inline(l)) continue; /* autotune: no workers, pf_next loads */
         /* an epoch's end needs no slot; a batch does, and none can come */
         if (l->cons.held == l->ring.nslots)
             return pf__fail(l, PF_ERR_INVALID_STATE,
@@ -4358,7 +4428,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
        32-bit size_t could wrap it before) */
     o_index = pf__reserve(&lay, (size_t)nslots + dslots, (size_t)c->batch_size * sizeof(uint64_t));
     o_plans = pf__reserve(&lay, plan_cap, sizeof(pf__plan));
-    o_workers = pf__reserve(&lay, c->num_workers, sizeof(pf__worker));
+    o_workers = pf__reserve(&lay, (size_t)c->num_workers + 1, sizeof(pf__worker)); /* + pf_next's own (inline) */
     o_ckdone = pf__reserve(&lay, ck_win, 1);
     o_skip = pf__reserve(&lay, nskip, sizeof(uint64_t));
     o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
@@ -4429,6 +4499,8 @@ static pf_result pf__start(pf_loader *l, char *why, size_t n) {
     l->sync.mu_ok = true;
     for (l->sync.cv_ok = 0; l->sync.cv_ok < PF__ROLES; l->sync.cv_ok++)
         if (pf__cond_init(&l->sync.cv[l->sync.cv_ok]) != 0) goto thread_fail;
+    l->pool.w[l->cfg.num_workers].owner = l; /* the record pf_next loads through (pf__load_inline) */
+    l->pool.w[l->cfg.num_workers].id = l->cfg.num_workers;
     for (i = 0; i < l->cfg.num_workers; i++) {
         pf__worker *w = &l->pool.w[i];
         w->owner = l;
@@ -4674,7 +4746,9 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     if (s.batches_in_epoch) pf__format(of, sizeof of, "/%llu", (unsigned long long)s.batches_in_epoch);
     /* "\xc2\xb7" is a UTF-8 middle dot */
     if (!buf) size = 0; /* (NULL, 0): just the length, to size a buffer */
-    if (l && l->cfg.autotune)
+    if (l && l->cfg.autotune && !s.workers_active)
+        pf__format(workers, sizeof workers, " \xc2\xb7 pf_next loads (auto)");
+    else if (l && l->cfg.autotune)
         pf__format(workers, sizeof workers, " \xc2\xb7 %u worker%s (auto)", (unsigned)s.workers_active,
                    s.workers_active == 1 ? "" : "s");
     /* right after PF_END_OF_EPOCH the consumer's epoch is the next one, with

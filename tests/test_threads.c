@@ -650,6 +650,61 @@ static void test_autotune_keeps_the_order(void) {
 /* Destroy while it resizes, and with workers parked and one stuck in its
    load: pf_job_cancelled still ends the stuck load, parked workers wake
    and leave, nothing hangs or leaks. */
+/* When autotune parks every worker (loads cheaper than a handoff),
+   pf_next loads each batch itself, on the caller's thread, through the
+   pool's extra record (job->worker == num_workers), and every batch still
+   arrives once, in order. Forced here (active = 0) so that no timing
+   decides it; autotune's choice itself is measured in bench (cheap). */
+typedef struct inl {
+    pthread_t consumer;
+} inl;
+static int inl_load(void *user, pf_job *job) {
+    inl *p = (inl *)user;
+    uint64_t *w = (uint64_t *)job->host;
+    w[0] = job->batch;
+    w[1] = job->worker;
+    w[2] = pthread_equal(pthread_self(), p->consumer) ? 1 : 0;
+    job->bytes = 24;
+    return 0;
+}
+static void test_pf_next_loads_when_no_worker_is_active(void) {
+    inl p;
+    pf_config cfg = t_config_base(400, 1, 24, 1);
+    pf_loader *l;
+    uint32_t inline_loads = 0;
+    p.consumer = pthread_self();
+    cfg.load = inl_load;
+    cfg.user = &p;
+    cfg.num_workers = 2;
+    cfg.host_slots = 5;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->at.active = 0; /* what autotune sets when loads are cheaper than a handoff */
+    pf__unlock(&l->sync.mu);
+    for (uint64_t k = 0; k < 400; k++) {
+        pf_batch b;
+        const uint64_t *w;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        w = (const uint64_t *)b.data;
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(w[0], k);
+        if (k >= 5) { /* past what the workers had claimed before they parked */
+            CHECK_EQ(w[1], 2);
+            CHECK_EQ(w[2], 1);
+        }
+        inline_loads += w[1] == 2 && w[2] == 1;
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_END_OF_EPOCH);
+    }
+    CHECKF(inline_loads >= 395, "pf_next loaded %u of 400 batches", inline_loads);
+    pf_destroy(l);
+}
+
 static void test_autotune_destroy_while_resizing_and_parked(void) {
     for (int k = 0; k < 12; k++) {
         phased p;
@@ -678,6 +733,7 @@ static const h_test tests[] = {
     {"autotune_ring_grows_with_workers", test_autotune_ring_grows_with_workers},
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
+    {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
