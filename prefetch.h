@@ -1407,6 +1407,8 @@ typedef struct pf__tuner {
     double inline_load;    /* the load per batch when pf_next took the loads
                               over (or when that did not pay: inline_failed) */
     bool inline_failed;
+    bool inline_busy;      /* a pf_next is loading through the extra record:
+                              pf_next from other threads waits meanwhile */
     char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
 } pf__tuner;
 
@@ -2676,13 +2678,15 @@ static bool pf__load_inline(pf_loader *l) {
     pf__worker *w = &l->pool.w[l->cfg.num_workers];
     pf__slot *s = NULL;
     uint64_t end;
-    if (pf__claim(l, w, pf__now_ns(), &s) != PF__CLAIM_OK) return false;
+    if (l->at.inline_busy || pf__claim(l, w, pf__now_ns(), &s) != PF__CLAIM_OK) return false;
+    l->at.inline_busy = true; /* one record: one loading caller at a time */
     pf__unlock_wake(l);
     end = pf__worker_load(l, w, s);
     pf__lock(&l->sync.mu);
+    l->at.inline_busy = false;
     l->st.load_ns += end - s->started_ns;
     l->st.call_ns += s->call_ns;
-    pf__publish(l, s);
+    pf__publish(l, s); /* wakes the takers: another pf_next waiting gets its turn */
     return true;
 }
 

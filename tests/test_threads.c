@@ -119,7 +119,7 @@ static void *stats_reader(void *arg) {
     return NULL;
 }
 
-static void run_many(int consumers, bool unordered, uint32_t timeout_ms, unsigned long long seed) {
+static void run_many(int consumers, bool unordered, uint32_t timeout_ms, unsigned long long seed, bool in_pf_next) {
     tload t;
     tcons c;
     shared sh;
@@ -144,6 +144,11 @@ static void run_many(int consumers, bool unordered, uint32_t timeout_ms, unsigne
     cfg.host_slots = 6;
     cfg.device_slots = 4;
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    if (in_pf_next && pf_get_backend(c.l) == PF_BACKEND_HOST) { /* what autotune sets for cheap loads */
+        pf__lock(&c.l->sync.mu);
+        c.l->at.active = 0;
+        pf__unlock(&c.l->sync.mu);
+    }
     consumers_total = consumers;
     t0 = h_now();
     for (int i = 0; i < consumers; i++) pthread_create(&cth[i], NULL, consumer, &sh);
@@ -179,11 +184,18 @@ static void run_many(int consumers, bool unordered, uint32_t timeout_ms, unsigne
 static void test_two_to_four_consumers_exactly_once(void) {
     for (int consumers = 2; consumers <= 4; consumers++)
         for (int unordered = 0; unordered < 2; unordered++)
-            run_many(consumers, unordered, 0, h_seed * 10 + (unsigned)consumers);
+            run_many(consumers, unordered, 0, h_seed * 10 + (unsigned)consumers, false);
+}
+
+/* pf_next loading (no worker active) with several consumer threads: one
+   loads at a time through the extra record, the others wait or take what
+   it published; every batch exactly once. */
+static void test_consumers_while_pf_next_loads_exactly_once(void) {
+    for (int unordered = 0; unordered < 2; unordered++) run_many(3, unordered, 0, h_seed * 10 + 7, true);
 }
 
 static void test_consumers_with_short_timeouts_exactly_once(void) {
-    for (int unordered = 0; unordered < 2; unordered++) run_many(3, unordered, 2, h_seed * 10 + 7);
+    for (int unordered = 0; unordered < 2; unordered++) run_many(3, unordered, 2, h_seed * 10 + 7, false);
 }
 
 /* ---- defect 1: a lost wake-up between two consumers ----
@@ -734,6 +746,7 @@ static const h_test tests[] = {
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
+    {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
