@@ -404,9 +404,10 @@ typedef struct pf_config {
                                   have their samples mixed together           */
     bool autotune;             /* [false] size the active workers from the
                                   loader's own measurements, up to num_workers;
-                                  host backend without worker_init/stop: none at
-                                  all when a load costs less than handing a
-                                  batch over, and pf_next loads on your thread */
+                                  host backend without worker_init/stop,
+                                  on_worker_start or timeout_ms: none at all
+                                  when a load costs less than handing a batch
+                                  over, and pf_next loads on your thread      */
     bool poison;               /* [false] debug: the host backend fills each slot
                                   past job->bytes with 0xA5 before pf_next
                                   returns it, so a loop that reads past what
@@ -2267,8 +2268,11 @@ static void pf__autotune(pf_loader *l) {
        pf_next tries loading the batches itself (no workers); kept only if
        that is 5% faster. (Without the half, a CPU-bound load on a busy
        machine also qualifies, and the trial costs it.) Only on the host
-       backend, and not with per-worker state, which belongs to workers. */
-    if (l->ops->taker == PF__ROLE_CONSUMER && !l->cfg.worker_init && !l->cfg.worker_stop && !l->at.probing &&
+       backend; not with per-thread setup (worker_init/stop,
+       on_worker_start: loads would run where it never ran), nor with
+       cfg.timeout_ms (a load inside pf_next is not bounded by it). */
+    if (l->ops->taker == PF__ROLE_CONSUMER && !l->cfg.worker_init && !l->cfg.worker_stop &&
+        !l->cfg.on_worker_start && !l->cfg.timeout_ms && !l->at.probing &&
         waited > 0.05 && call_pb < PF__INLINE_MAX_S && call_pb * 2 < waited * dt / (double)db &&
         !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
         l->at.inline_failed = false;
@@ -2711,11 +2715,22 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
         if (r != PF__WAIT) return pf__show_error(l);
         if (!l->at.active && pf__load_inline(l)) continue; /* autotune: no workers, pf_next loads */
+        /* the caller holds every slot with memory, and autotune's ring is
+           still below host_slots: it may hold host_slots, so the ring grows
+           now, by pf_next itself (a worker may be parked, or busy) */
+        if (l->cons.held >= l->ring.nalloc && l->ring.nalloc < l->ring.nslots && !l->ring.grow_failed) {
+            pf__ring_for(l, l->ring.nalloc + 1, false);
+            if (pf__grow_due(l)) {
+                pf__grow(l);
+                continue;
+            }
+        }
         /* an epoch's end needs no slot; a batch does, and none can come */
-        if (l->cons.held == l->ring.nslots)
+        if (l->cons.held == l->ring.nslots ||
+            (l->cons.held >= l->ring.nalloc && l->ring.grow_failed && !l->ring.growing))
             return pf__fail(l, PF_ERR_INVALID_STATE,
                             "pf_next: the caller holds all %u host slots; release a batch first "
-                            "(or raise cfg.host_slots)", (unsigned)l->ring.nslots);
+                            "(or raise cfg.host_slots)", (unsigned)l->cons.held);
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
         if (w != PF_OK) return w;
     }

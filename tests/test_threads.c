@@ -717,6 +717,46 @@ static void test_pf_next_loads_when_no_worker_is_active(void) {
     pf_destroy(l);
 }
 
+/* With autotune the ring starts small (3 slots for big batches), but the
+   caller may still hold host_slots batches: pf_next grows the ring itself
+   instead of waiting for a slot nobody will free; one more is
+   PF_ERR_INVALID_STATE, at once. (It used to time out, or hang without
+   cfg.timeout_ms.) */
+static void test_autotune_caller_may_hold_every_slot(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_batch held[8], b;
+    pf_stats st;
+    phased_init(&p);
+    t_begin(&c, h_seed);
+    c.on_host = 1;
+    cfg = phased_config(&p, &c, 40);
+    cfg.batch_bytes = (size_t)1 << 20; /* big: the ring starts at 2W+1 = 3 */
+    cfg.host_slots = 8;
+    cfg.num_workers = 4;
+    cfg.device_slots = 8; /* simulated CUDA: the caller holds device slots */
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    pf_get_stats(c.l, &st);
+    if (pf_get_backend(c.l) == PF_BACKEND_HOST) CHECK_EQ(st.host_slots, 3);
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ(pf_next(c.l, &held[i]), PF_OK);
+        CHECK_EQ(held[i].batch, (uint64_t)i);
+    }
+    CHECK_EQ(pf_next(c.l, &b), PF_ERR_INVALID_STATE);
+    CHECK_CONTAINS(pf_error(c.l), "holds all 8");
+    for (int i = 0; i < 8; i++) CHECK_EQ(pf_release(c.l, &held[i]), PF_OK);
+    for (uint64_t k = 8; k < 40; k++) { /* and on, in order */
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    t_end(&c);
+    pthread_mutex_destroy(&p.mu);
+    pthread_mutex_destroy(&p.one);
+}
+
 static void test_autotune_destroy_while_resizing_and_parked(void) {
     for (int k = 0; k < 12; k++) {
         phased p;
@@ -747,6 +787,7 @@ static const h_test tests[] = {
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
+    {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
