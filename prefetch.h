@@ -2401,6 +2401,14 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s) {
     return now;
 }
 
+/* Slot s loaded, ending at `end`: its time into the stats (from the claim:
+   index computation counts as loading), then published. Lock held. */
+static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
+    l->st.load_ns += end - s->started_ns;
+    l->st.call_ns += s->call_ns;
+    pf__publish(l, s);
+}
+
 /* A worker: claim, load, publish, until the claims are done; parked while
    autotune does not want it; growing the ring when autotune asks. */
 static PF__THREAD_FN pf__worker_main(void *arg) {
@@ -2451,9 +2459,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         pf__unlock_wake(l);
         now = pf__worker_load(l, w, s);
         pf__lock(&l->sync.mu);
-        l->st.load_ns += now - s->started_ns; /* index computation counts as loading */
-        l->st.call_ns += s->call_ns;
-        pf__publish(l, s);
+        pf__loaded(l, s, now);
     }
     pf__unlock_wake(l);
     pf__worker_down(l, w);
@@ -2688,9 +2694,7 @@ static bool pf__load_inline(pf_loader *l) {
     end = pf__worker_load(l, w, s);
     pf__lock(&l->sync.mu);
     l->at.inline_busy = false;
-    l->st.load_ns += end - s->started_ns;
-    l->st.call_ns += s->call_ns;
-    pf__publish(l, s); /* wakes the takers: another pf_next waiting gets its turn */
+    pf__loaded(l, s, end); /* wakes the takers: another pf_next waiting gets its turn */
     return true;
 }
 
