@@ -499,6 +499,9 @@ typedef struct pf_stats {
                                   seen at each pf_next                           */
     uint32_t workers_active;   /* workers allowed to load now (autotune: its choice;
                                   0: pf_next loads each batch itself)           */
+    uint64_t next_loads;       /* batches pf_next loaded itself (autotune, when a
+                                  load costs less than a handoff between
+                                  threads); counted in wait_input_s             */
     uint64_t skipped;          /* bad samples skipped or marked (cfg.bad_samples),
                                   in batches handed on for delivery so far    */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
@@ -925,6 +928,9 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #if (defined(__unix__) || defined(__APPLE__)) && !defined(_WIN32)
 #include <unistd.h>
 #endif
+#if defined(__linux__)
+#include <sys/mman.h> /* huge pages for host slots (pf__touch_slots) */
+#endif
 
 /* >>threads --------------------------------------------------------------- */
 /* One thin wrapper, two mappings: C11 <threads.h> normally, pthreads under
@@ -1006,6 +1012,16 @@ static void pf__lock(pf__mutex *m) {
 /* >>util ------------------------------------------------------------------ */
 /* Monotonic when the POSIX clock is visible (it is not under strict -std=c11
    unless the including file asked for POSIX); C11 timespec_get otherwise. */
+/* The process's CPU time, all threads (0: unknown here). */
+static uint64_t pf__cpu_ns(void) {
+#if defined(CLOCK_PROCESS_CPUTIME_ID)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0)
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+    return 0;
+}
+
 static uint64_t pf__now_ns(void) {
     struct timespec ts;
 #if defined(CLOCK_MONOTONIC)
@@ -1392,12 +1408,13 @@ typedef struct pf__pool {
 /* (>>autotune) workers 0 .. active-1 load, the rest park */
 typedef struct pf__tuner {
     uint32_t active;
-    uint64_t t0, batches0, wait0, load0, wwait0, call0; /* the period's start */
+    uint64_t t0, batches0, wait0, load0, wwait0, call0, cpu0; /* the period's start */
     uint64_t batches_prev; /* the start of the period just measured       */
     double thr_before;     /* throughput before the last increase         */
     double load_before;    /* and the load time per batch then            */
     uint32_t before;       /* active before it                             */
     uint32_t cap;          /* more did not help: stay at or below...       */
+    uint32_t cap_streak;   /* periods in a row whose load drifted from cap_load */
     double cap_load;       /* ...while the load per batch stays near this  */
     bool probing;          /* the last change was an increase, on trial    */
     bool shrunk;           /* the last change was a decrease               */
@@ -1408,6 +1425,9 @@ typedef struct pf__tuner {
     double inline_load;    /* the load per batch when pf_next took the loads
                               over (or when that did not pay: inline_failed) */
     bool inline_failed;
+    bool help;             /* pf_next loads when the next batch is not ready */
+    bool help_trial;       /* help is on trial                                */
+    uint32_t inline_wait, inline_backoff; /* periods before the next trial; its doubling */
     bool inline_busy;      /* a pf_next is loading through the extra record:
                               pf_next from other threads waits meanwhile */
     char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
@@ -1420,6 +1440,7 @@ typedef struct pf__counters {
     uint64_t load_ns, worker_wait_ns, ready_sum;
     uint64_t call_ns;      /* inside cfg.load alone (load_ns adds the claim) */
     uint64_t skipped;      /* bad samples in batches taken (>>samples) */
+    uint64_t next_loads;   /* batches pf_next loaded itself (pf__load_inline) */
     uint32_t waiters;      /* pf_next calls waiting: their waits are counted once */
     uint64_t wait_since;
 } pf__counters;
@@ -2176,6 +2197,7 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.load0 = l->st.load_ns;
     l->at.wwait0 = l->st.worker_wait_ns;
     l->at.call0 = l->st.call_ns;
+    l->at.cpu0 = pf__cpu_ns();
 }
 
 
@@ -2229,7 +2251,9 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, waited, load_pb, step_pb, idle, call_pb;
+    double dt, thr, waited, load_pb, step_pb, idle, call_pb, busy;
+    uint64_t cpu0 = l->at.cpu0;
+    bool saturated;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     now = pf__now_ns();
     if (l->at.t0 && now - l->at.t0 < PF__AT_MIN_NS) return; /* cheap batches: 32 of them are noise */
@@ -2248,39 +2272,60 @@ static void pf__autotune(pf_loader *l) {
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
     idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
     pf__at_period_start(l, now, waits);
-    if (l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load)) l->at.cap = limit; /* the load changed */
+    /* every core busy (the process's CPU time, all its threads): more
+       workers cannot make loads faster, only take turns on the cores */
+    busy = cpu0 && l->at.cpu0 ? pf__sec(l->at.cpu0 - cpu0) / dt : 0;
+    saturated = busy >= 0.9 * (double)l->sync.ncpu || busy >= (double)l->sync.ncpu - 0.5; /* no half a core free */
+    /* the load changed: two periods in a row, not one noisy one */
+    l->at.cap_streak = l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
+    if (l->at.cap_streak >= 2) l->at.cap = limit;
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
-    if (l->at.probing && !l->at.active) { /* pf_next loading on trial */
-        l->at.probing = false;
+    if (l->at.help_trial) { /* pf_next loading on trial */
+        l->at.help_trial = false;
         if (thr < l->at.thr_before * 1.05) {
+            /* not again until the loads change, and not before twice as
+               many periods as last time have passed (a noisy load looks
+               changed every so often; each trial costs a few periods) */
             l->at.inline_failed = true;
             l->at.inline_load = call_pb;
+            l->at.inline_backoff = l->at.inline_backoff ? 2 * l->at.inline_backoff : 4;
+            if (l->at.inline_backoff > 256) l->at.inline_backoff = 256;
+            l->at.inline_wait = l->at.inline_backoff;
+            l->at.help = false;
             pf__set_active(l, l->at.before, "loading in pf_next did not help", waited, thr);
-            return;
+        } else {
+            l->at.inline_load = call_pb; /* as measured with pf_next loading too */
         }
-    } else if (!l->at.active) {
-        if (pf__drifted(call_pb, l->at.inline_load)) /* dearer loads: workers again */
-            pf__set_active(l, 1, "loads changed", waited, thr);
         return;
     }
-    /* Input-bound with loads cheaper than half the wait for each batch:
-       the handoff between threads costs more than the load itself, so
-       pf_next tries loading the batches itself (no workers); kept only if
-       that is 5% faster. (Without the half, a CPU-bound load on a busy
-       machine also qualifies, and the trial costs it.) Only on the host
-       backend; not with per-thread setup (worker_init/stop,
+    if (l->at.help) { /* the workers stay as they are; back to them alone when loads got dearer */
+        if (call_pb > 2 * l->at.inline_load || call_pb >= PF__INLINE_MAX_S) {
+            l->at.help = false;
+            pf__set_active(l, l->at.active ? l->at.active : 1, "loads got dearer", waited, thr);
+        }
+        return;
+    }
+    if (l->at.inline_wait) l->at.inline_wait--;
+    /* Input-bound with loads cheaper than the wait for each batch: the
+       handoff between threads costs more than the load itself, so pf_next
+       tries loading when the next batch is not ready (the workers go on
+       beside it; with a single CPU there are none, it loads every batch);
+       kept only if that is 5% faster, and tried again after a failure
+       only once the load has changed and the backoff has passed. Only on
+       the host backend; not with per-thread setup (worker_init/stop,
        on_worker_start: loads would run where it never ran), nor with
        cfg.timeout_ms (a load inside pf_next is not bounded by it). */
     if (l->ops->taker == PF__ROLE_CONSUMER && !l->cfg.worker_init && !l->cfg.worker_stop &&
         !l->cfg.on_worker_start && !l->cfg.timeout_ms && !l->at.probing &&
-        waited > 0.05 && call_pb < PF__INLINE_MAX_S && call_pb * 2 < waited * dt / (double)db &&
-        !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
+        waited > 0.05 && call_pb < PF__INLINE_MAX_S && call_pb < waited * dt / (double)db &&
+        !l->at.inline_wait && !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
         l->at.inline_failed = false;
         l->at.inline_load = call_pb;
         l->at.thr_before = thr;
         l->at.before = l->at.active;
-        l->at.probing = true;
-        pf__set_active(l, 0, "loads cheaper than a handoff: pf_next loads", waited, thr);
+        l->at.help = l->at.help_trial = true;
+        pf__set_active(l, l->sync.ncpu > 1 ? l->at.active : 0, "loads cheaper than a handoff: pf_next loads too",
+                       waited, thr);
         return;
     }
     if (l->at.probing) {
@@ -2302,7 +2347,7 @@ static void pf__autotune(pf_loader *l) {
         pf__ring_for(l, pf__ring_slots(l->at.active, l->cfg.batch_bytes), false); /* kept: the full ring */
     }
     hi = limit < l->at.cap ? limit : l->at.cap;
-    if (waited > 0.05 && l->at.active < hi) {
+    if (waited > 0.05 && l->at.active < hi && !saturated) {
         double need = step_pb > 1e-9 ? load_pb / step_pb : (double)hi;
         uint32_t want = need > (double)hi ? hi : (uint32_t)need + 1;
         if (want > 2 * l->at.active) want = 2 * l->at.active;
@@ -2520,12 +2565,12 @@ typedef struct pf__wait_on {
    waited, so two consumers waiting together count once and wait_s never
    exceeds elapsed_s. The span takes the kind of the wait that closes it:
    a wait's kind may be settled only when it ends. */
-static void pf__wait_begins(pf_loader *l) {
-    if (l->st.waiters++ == 0) l->st.wait_since = pf__now_ns();
+static void pf__wait_begins(pf_loader *l, uint64_t now) {
+    if (l->st.waiters++ == 0) l->st.wait_since = now;
 }
 
-static void pf__wait_ends(pf_loader *l, int kind) {
-    uint64_t now = pf__now_ns(), dt;
+static void pf__wait_ends(pf_loader *l, int kind, uint64_t now) {
+    uint64_t dt;
     l->st.last_ns = now; /* a pf_next that waits again still counts as latest */
     if (--l->st.waiters) return;
     dt = now - l->st.wait_since;
@@ -2619,10 +2664,10 @@ static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadli
     }
     PF__RANGE_PUSH("pf_next waits (%s)", kinds[kind]);
     (void)kinds;
-    pf__wait_begins(l);
+    pf__wait_begins(l, pf__now_ns());
     *timed_out = pf__consumer_wait(l, deadline) != 0;
     if (settle && !*timed_out) kind = settle(l, on);
-    pf__wait_ends(l, kind);
+    pf__wait_ends(l, kind, pf__now_ns());
     PF__RANGE_POP();
     return PF_OK;
 }
@@ -2679,21 +2724,27 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
 /* >>backend host ---------------------------------------------------------- */
 /* pf_next hands out the filled host slot itself; pf_release frees it. */
 /* Autotune found a load cheaper than handing a batch over between threads
-   and parked every worker: pf_next claims and loads the next batch itself,
-   through the pool's extra record (id num_workers), as a worker would.
-   Never with cfg.worker_init or worker_stop (their state belongs to worker
-   threads). true: a batch was loaded (take again); false: nothing to claim
-   now, wait. Lock held on entry and return, dropped around the load. */
+   (at.help): when the next batch is not ready, pf_next claims the next
+   unclaimed batch and loads it itself, through the pool's extra record
+   (id num_workers), as a worker would, instead of sleeping until a worker
+   wakes it; the workers load beside it. Never with cfg.worker_init or
+   worker_stop (their state belongs to worker threads). The time counts as
+   waiting for input: the consumer was not stepping. true: a batch was
+   loaded (take again); false: nothing to claim now, wait. Lock held on
+   entry and return, dropped around the load. */
 static bool pf__load_inline(pf_loader *l) {
     pf__worker *w = &l->pool.w[l->cfg.num_workers];
     pf__slot *s = NULL;
-    uint64_t end;
-    if (l->at.inline_busy || pf__claim(l, w, pf__now_ns(), &s) != PF__CLAIM_OK) return false;
+    uint64_t now = pf__now_ns(), end;
+    if (l->at.inline_busy || pf__claim(l, w, now, &s) != PF__CLAIM_OK) return false;
     l->at.inline_busy = true; /* one record: one loading caller at a time */
+    pf__wait_begins(l, now);
     pf__unlock_wake(l);
     end = pf__worker_load(l, w, s);
     pf__lock(&l->sync.mu);
     l->at.inline_busy = false;
+    l->st.next_loads++;
+    pf__wait_ends(l, PF__WAIT_INPUT, end);
     pf__loaded(l, s, end); /* wakes the takers: another pf_next waiting gets its turn */
     return true;
 }
@@ -2718,7 +2769,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         }
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
         if (r != PF__WAIT) return pf__show_error(l);
-        if (!l->at.active && pf__load_inline(l)) continue; /* autotune: no workers, pf_next loads */
+        if ((l->at.help || !l->at.active) && pf__load_inline(l)) continue; /* autotune: pf_next loads */
         /* the caller holds every slot with memory, and autotune's ring is
            still below host_slots: it may hold host_slots, so the ring grows
            now, by pf_next itself (a worker may be parked, or busy) */
@@ -2774,40 +2825,64 @@ static pf_result pf__batch_wait_host(pf_loader *l, const pf_batch *b) {
     return r;
 }
 
-/* Host slots: one block from cfg.allocator, each slot PF__ALIGN-aligned. */
-static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
-    size_t bytes = (size_t)l->ring.nalloc * l->stride + PF__ALIGN;
+/* A block of host slots from cfg.allocator, slots from .. to-1, each
+   PF__ALIGN-aligned; *raw: what to free. Every page is touched now:
+   memory use is exact from the start and the first epoch pays no page
+   faults (pinned memory is resident already). Not with zeros: some
+   hypervisors back zeroed pages lazily and charge the first real write
+   instead. On Linux a block of 2 MiB or more starts on a 2 MiB boundary
+   (the padding is address space, never touched) and asks for
+   transparent huge pages: one fault per 2 MiB instead of 512. Measured
+   on this project's 2-core VM, touching 20 MiB costs 55 ms of CPU in
+   4 KiB pages and under 1 ms in huge ones; autotune grows the ring while
+   the run goes on, so that was CPU taken from the run. Advice only:
+   memory the kernel cannot back so (THP off, a user allocator's) is
+   touched as before. NULL: out of memory, *asked: the bytes asked for. */
+#if defined(__linux__) && (defined(MADV_HUGEPAGE) || defined(POSIX_MADV_NORMAL))
+#define PF__HUGE ((size_t)2 << 20)
+#else
+#define PF__HUGE ((size_t)0)
+#endif
+static unsigned char *pf__slot_block(pf_loader *l, uint32_t from, uint32_t to, void **raw, size_t *asked) {
+    size_t bytes = (size_t)(to - from) * l->stride, align = PF__ALIGN;
     unsigned char *p;
     uint32_t i;
-    l->ring.host_raw = l->cfg.allocator.alloc_fn(bytes, l->cfg.allocator.user_data);
-    if (!l->ring.host_raw) {
+    if (PF__HUGE && bytes >= PF__HUGE && bytes <= SIZE_MAX - PF__HUGE) align = PF__HUGE;
+    *asked = bytes + align;
+    *raw = l->cfg.allocator.alloc_fn(*asked, l->cfg.allocator.user_data);
+    if (!*raw) return NULL;
+    p = (unsigned char *)*raw + (align - (uintptr_t)*raw % align) % align;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align == PF__HUGE) (void)madvise(p, bytes & ~(PF__HUGE - 1), MADV_HUGEPAGE);
+#elif defined(__linux__) && defined(POSIX_MADV_NORMAL)
+    /* madvise is declared only with _DEFAULT_SOURCE; Linux's posix_madvise
+       (glibc, musl) hands the advice to madvise(2) as it is, and 14 is
+       MADV_HUGEPAGE in the kernel's ABI on every architecture */
+    if (align == PF__HUGE) (void)posix_madvise(p, bytes & ~(PF__HUGE - 1), 14);
+#endif
+    memset(p, 0xa5, bytes);
+    for (i = from; i < to; i++) l->ring.slots[i].data = p + (size_t)(i - from) * l->stride;
+    return p;
+}
+
+static pf_result pf__alloc_slots_host(pf_loader *l, char *why, size_t n) {
+    size_t asked;
+    if (!pf__slot_block(l, 0, l->ring.nalloc, &l->ring.host_raw, &asked)) {
         pf__format(why, n, "pf_create: out of memory: %llu bytes for host_slots %u x %llu (cfg.allocator)",
-                   (unsigned long long)bytes, (unsigned)l->ring.nalloc, (unsigned long long)l->stride);
+                   (unsigned long long)asked, (unsigned)l->ring.nalloc, (unsigned long long)l->stride);
         return PF_ERR_NO_MEMORY;
     }
-    p = (unsigned char *)l->ring.host_raw;
-    p += (PF__ALIGN - (uintptr_t)p % PF__ALIGN) % PF__ALIGN;
-    /* touch every page now: memory use is exact from the start and the
-       first epoch pays no page faults (pinned memory is resident
-       already). Not with zeros: some hypervisors back zeroed pages
-       lazily and charge the first real write instead. */
-    memset(p, 0xa5, (size_t)l->ring.nalloc * l->stride);
-    for (i = 0; i < l->ring.nalloc; i++) l->ring.slots[i].data = p + (size_t)i * l->stride;
     return PF_OK;
 }
 
-/* Autotune grew the ring: memory for slots from .. to-1, one block, touched
-   as in pf_create (called without the lock, by the worker that set
+/* Autotune grew the ring: memory for slots from .. to-1, one block, as in
+   pf_create (called without the lock, by the worker that set
    ring.growing). */
 static bool pf__grow_slots_host(pf_loader *l, uint32_t from, uint32_t to) {
-    unsigned char *p, *raw = (unsigned char *)l->cfg.allocator.alloc_fn((size_t)(to - from) * l->stride + PF__ALIGN,
-                                                                         l->cfg.allocator.user_data);
-    uint32_t i;
-    if (!raw) return false;
+    size_t asked;
+    void *raw;
+    if (!pf__slot_block(l, from, to, &raw, &asked)) return false;
     l->ring.grown[l->ring.ngrown++] = raw;
-    p = raw + (PF__ALIGN - (uintptr_t)raw % PF__ALIGN) % PF__ALIGN;
-    memset(p, 0xa5, (size_t)(to - from) * l->stride);
-    for (i = from; i < to; i++) l->ring.slots[i].data = p + (size_t)(i - from) * l->stride;
     return true;
 }
 
@@ -4706,6 +4781,10 @@ static void pf__verdict(pf_stats *s) {
         s->bound = PF_BOUND_COPY;
         s->verdict = "copy-bound: the consumer waits for host-to-device copies; send fewer bytes "
                      "(e.g. uint8, normalise on the GPU)";
+    } else if (s->next_loads * 2 > s->batches) {
+        s->bound = PF_BOUND_INPUT;
+        s->verdict = "input-bound: loads cost less than a handoff between threads, so pf_next loads most "
+                     "batches itself; only a cheaper load goes faster";
     } else {
         s->bound = PF_BOUND_INPUT;
         s->verdict = "input-bound: the consumer waits for loads; add workers or make load cheaper";
@@ -4726,6 +4805,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->at.active;
     out->skipped = l->st.skipped;
+    out->next_loads = l->st.next_loads;
     out->host_slots = l->ring.nalloc; /* with memory (autotune grows the ring) */
     out->device_slots = 0; /* the backend's part below */
     out->epoch = l->cons.epoch;
@@ -4771,6 +4851,9 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     if (!buf) size = 0; /* (NULL, 0): just the length, to size a buffer */
     if (l && l->cfg.autotune && !s.workers_active)
         pf__format(workers, sizeof workers, " \xc2\xb7 pf_next loads (auto)");
+    else if (l && l->cfg.autotune && l->at.help) /* unlocked: a flag, for the text only */
+        pf__format(workers, sizeof workers, " \xc2\xb7 %u worker%s + pf_next (auto)", (unsigned)s.workers_active,
+                   s.workers_active == 1 ? "" : "s");
     else if (l && l->cfg.autotune)
         pf__format(workers, sizeof workers, " \xc2\xb7 %u worker%s (auto)", (unsigned)s.workers_active,
                    s.workers_active == 1 ? "" : "s");

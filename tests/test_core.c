@@ -927,6 +927,11 @@ static void test_verdict_from_numbers(void) {
     pf__verdict(&s);
     CHECK_EQ(s.bound, PF_BOUND_INPUT);
     CHECK_CONTAINS(s.verdict, "add workers");
+    s.next_loads = 60; /* pf_next loaded most batches itself: more workers are not the answer */
+    pf__verdict(&s);
+    CHECK_EQ(s.bound, PF_BOUND_INPUT);
+    CHECK_CONTAINS(s.verdict, "pf_next loads most batches itself");
+    s.next_loads = 0;
     s.wait_copy_s = 4;
     s.wait_s = 7;
     pf__verdict(&s);

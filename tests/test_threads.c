@@ -717,6 +717,80 @@ static void test_pf_next_loads_when_no_worker_is_active(void) {
     pf_destroy(l);
 }
 
+/* Autotune's help mode: the workers load and pf_next loads beside them
+   whenever the next batch is not ready, instead of sleeping until a
+   worker wakes it. Here a worker's load waits until pf_next has loaded
+   three batches (bounded), so pf_next must load; the order holds, every
+   batch comes once, a load ran on the caller's thread exactly when it ran
+   through the extra record, and pf_stats.next_loads counts exactly those. */
+typedef struct helped {
+    pthread_t consumer;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned by_caller;
+} helped;
+static int helped_load(void *user, pf_job *job) {
+    helped *h = (helped *)user;
+    uint64_t *w = (uint64_t *)job->host;
+    int mine = pthread_equal(pthread_self(), h->consumer) ? 1 : 0;
+    struct timespec until;
+    w[0] = job->batch;
+    w[1] = job->worker;
+    w[2] = (uint64_t)mine;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30; /* bounded: a hang fails below instead */
+    pthread_mutex_lock(&h->mu);
+    if (mine) h->by_caller++, pthread_cond_broadcast(&h->cv);
+    while (!mine && h->by_caller < 3)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &until) != 0) break;
+    pthread_mutex_unlock(&h->mu);
+    job->bytes = 24;
+    return 0;
+}
+static void test_pf_next_helps_the_workers(void) {
+    helped h;
+    pf_config cfg = t_config_base(300, 1, 24, 1);
+    pf_loader *l;
+    pf_stats st;
+    uint64_t by_caller = 0;
+    h.consumer = pthread_self();
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    h.by_caller = 0;
+    cfg.load = helped_load;
+    cfg.user = &h;
+    cfg.num_workers = 1;
+    cfg.host_slots = 8;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->at.help = true; /* what autotune sets when a load costs less than a handoff */
+    pf__unlock(&l->sync.mu);
+    for (uint64_t k = 0; k < 300; k++) {
+        pf_batch b;
+        const uint64_t *w;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        w = (const uint64_t *)b.data;
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(w[0], k);
+        CHECK_EQ(w[2], (uint64_t)(w[1] == 1)); /* the caller's thread iff the extra record (id num_workers) */
+        by_caller += w[2];
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_END_OF_EPOCH);
+    }
+    pf_get_stats(l, &st);
+    CHECKF(by_caller >= 3, "pf_next loaded %llu batches", (unsigned long long)by_caller);
+    CHECK_EQ(st.next_loads, by_caller);
+    CHECK(st.wait_input_s > 0); /* loading in pf_next is time not spent stepping */
+    pf_destroy(l);
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
+}
+
 /* With autotune the ring starts small (3 slots for big batches), but the
    caller may still hold host_slots batches: pf_next grows the ring itself
    instead of waiting for a slot nobody will free; one more is
@@ -787,6 +861,7 @@ static const h_test tests[] = {
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
+    {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
