@@ -2840,21 +2840,21 @@ static pf_result pf__batch_wait_host(pf_loader *l, const pf_batch *b) {
    touched as before. NULL: out of memory, *asked: the bytes asked for. */
 #if defined(__linux__) && (defined(MADV_HUGEPAGE) || defined(POSIX_MADV_NORMAL))
 #define PF__HUGE ((size_t)2 << 20)
-#else
-#define PF__HUGE ((size_t)0)
 #endif
 static unsigned char *pf__slot_block(pf_loader *l, uint32_t from, uint32_t to, void **raw, size_t *asked) {
     size_t bytes = (size_t)(to - from) * l->stride, align = PF__ALIGN;
     unsigned char *p;
     uint32_t i;
-    if (PF__HUGE && bytes >= PF__HUGE && bytes <= SIZE_MAX - PF__HUGE) align = PF__HUGE;
+#ifdef PF__HUGE
+    if (bytes >= PF__HUGE && bytes <= SIZE_MAX - PF__HUGE) align = PF__HUGE;
+#endif
     *asked = bytes + align;
     *raw = l->cfg.allocator.alloc_fn(*asked, l->cfg.allocator.user_data);
     if (!*raw) return NULL;
     p = (unsigned char *)*raw + (align - (uintptr_t)*raw % align) % align;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
+#if defined(PF__HUGE) && defined(MADV_HUGEPAGE)
     if (align == PF__HUGE) (void)madvise(p, bytes & ~(PF__HUGE - 1), MADV_HUGEPAGE);
-#elif defined(__linux__) && defined(POSIX_MADV_NORMAL)
+#elif defined(PF__HUGE)
     /* madvise is declared only with _DEFAULT_SOURCE; Linux's posix_madvise
        (glibc, musl) hands the advice to madvise(2) as it is, and 14 is
        MADV_HUGEPAGE in the kernel's ABI on every architecture */
