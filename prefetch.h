@@ -2016,7 +2016,10 @@ static void pf__publish(pf_loader *l, pf__slot *s) {
         l->ring.ready_fifo[(l->ring.ready_head + l->ring.ready_count++) % l->ring.nslots] = s->index;
     else
         l->ring.order[s->seq % l->ring.nslots] = s->index + 1;
-    pf__wake_takers(l);
+    /* in order, the taker waits for one batch, the next: a batch behind it
+       does not let it go on, and waking it for one costs a context switch
+       that a busy machine pays out of the loads */
+    if (l->cfg.unordered || s->seq == l->take.taken) pf__wake_takers(l);
 }
 
 /* Back to the free stack: a failed batch the taker dropped, a batch the
@@ -2745,7 +2748,8 @@ static bool pf__load_inline(pf_loader *l) {
     l->at.inline_busy = false;
     l->st.next_loads++;
     pf__wait_ends(l, PF__WAIT_INPUT, end);
-    pf__loaded(l, s, end); /* wakes the takers: another pf_next waiting gets its turn */
+    pf__loaded(l, s, end);
+    pf__wake_takers(l); /* another pf_next waiting for the record gets its turn */
     return true;
 }
 
@@ -2845,6 +2849,7 @@ static unsigned char *pf__slot_block(pf_loader *l, uint32_t from, uint32_t to, v
     size_t bytes = (size_t)(to - from) * l->stride, align = PF__ALIGN;
     unsigned char *p;
     uint32_t i;
+    if (l->stride % 4096u == 0) align = 4096u; /* page-aligned slots: O_DIRECT reads land in them (>>readers) */
 #ifdef PF__HUGE
     if (bytes >= PF__HUGE && bytes <= SIZE_MAX - PF__HUGE) align = PF__HUGE;
 #endif
@@ -5694,13 +5699,18 @@ static int pf__rec_load(void *user, pf_job *job) {
             unsigned char *dst;
             size_t bytes;
             uint32_t k;
+            bool bounce;
             while (i + run < job->count && job->indices[i + run] == x + run && x + run < v->first[f + 1]) run++;
             bytes = (size_t)run * rb;
             dst = (unsigned char *)pf_job_append(job, rb);
             for (k = 1; dst && k < run; k++)
                 if (!pf_job_append(job, rb)) dst = NULL;
             if (!dst) return -1;
-            if (direct ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, bytes, off) != 0
+            /* O_DIRECT straight into the slot when it and the read are
+               aligned (page-aligned slots, 4 KiB records), else through
+               the worker's buffer */
+            bounce = direct && ((uint64_t)(uintptr_t)dst | off | (uint64_t)bytes) % PF__RD_ALIGN != 0;
+            if (bounce ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, bytes, off) != 0
                        : pf__pread_full(file->fd, dst, bytes, off) != (long long)bytes)
                 return pf_job_fail(job, "pf_records: short read of %u records at record %llu of %s", (unsigned)run,
                                    (unsigned long long)rec, file->path);
