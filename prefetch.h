@@ -405,9 +405,10 @@ typedef struct pf_config {
     bool autotune;             /* [false] size the active workers from the
                                   loader's own measurements, up to num_workers;
                                   host backend without worker_init/stop,
-                                  on_worker_start or timeout_ms: none at all
-                                  when a load costs less than handing a batch
-                                  over, and pf_next loads on your thread      */
+                                  on_worker_start or timeout_ms: when a load
+                                  costs less than handing a batch over,
+                                  pf_next also loads, on your thread, when
+                                  the next batch is not ready (next_loads) */
     bool poison;               /* [false] debug: the host backend fills each slot
                                   past job->bytes with 0xA5 before pf_next
                                   returns it, so a loop that reads past what

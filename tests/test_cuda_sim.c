@@ -2070,6 +2070,13 @@ static void test_runtime_cuda_failures_surface_from_pf_next(void) {
            so the count starts with the pipeline's first */
         cudaSimFailNth(cases[i].fn, cases[i].nth, cudaErrorLaunchFailure, 0);
         CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        /* the retirer polls cudaEventQuery before it syncs, and a poll that
+           sees the event done makes no cudaEventSynchronize call: `most`
+           counts one sync per slot reuse, so no polling here (nothing to
+           retire yet: it has not polled) */
+        pf__lock(&c.l->sync.mu);
+        c.l->sync.spin_ns[PF__ROLE_RETIRER] = 0;
+        pf__unlock(&c.l->sync.mu);
         for (int step = 0; step < 100; step++) {
             r = t_next(&c, &b);
             if (r != PF_OK) break;
