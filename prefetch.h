@@ -1428,6 +1428,8 @@ typedef struct pf__tuner {
     bool inline_failed;
     bool help;             /* pf_next loads when the next batch is not ready */
     bool help_trial;       /* help is on trial                                */
+    bool park_trial;       /* with help: no workers at all, on trial           */
+    bool park_failed;      /* that was not faster (until help ends)           */
     uint32_t inline_wait, inline_backoff; /* periods before the next trial; its doubling */
     bool inline_busy;      /* a pf_next is loading through the extra record:
                               pf_next from other threads waits meanwhile */
@@ -1442,6 +1444,7 @@ typedef struct pf__counters {
     uint64_t call_ns;      /* inside cfg.load alone (load_ns adds the claim) */
     uint64_t skipped;      /* bad samples in batches taken (>>samples) */
     uint64_t next_loads;   /* batches pf_next loaded itself (pf__load_inline) */
+    bool last_fresh;       /* a wait's end just set last_ns */
     uint32_t waiters;      /* pf_next calls waiting: their waits are counted once */
     uint64_t wait_since;
 } pf__counters;
@@ -2302,10 +2305,26 @@ static void pf__autotune(pf_loader *l) {
         }
         return;
     }
-    if (l->at.help) { /* the workers stay as they are; back to them alone when loads got dearer */
-        if (call_pb > 2 * l->at.inline_load || call_pb >= PF__INLINE_MAX_S) {
-            l->at.help = false;
+    if (l->at.help) {
+        if (l->at.park_trial) { /* pf_next alone, on trial */
+            l->at.park_trial = false;
+            if (thr < l->at.thr_before * 1.05) {
+                l->at.park_failed = true;
+                pf__set_active(l, l->at.before, "pf_next alone was not faster", waited, thr);
+            }
+            return;
+        }
+        if (call_pb > 2 * l->at.inline_load || call_pb >= PF__INLINE_MAX_S) { /* back to the workers alone */
+            l->at.help = l->at.park_failed = false;
             pf__set_active(l, l->at.active ? l->at.active : 1, "loads got dearer", waited, thr);
+        } else if (l->at.active && !l->at.park_failed) {
+            /* loads this cheap may go faster with no handoff at all: the
+               workers park and pf_next loads every batch; kept only if 5%
+               faster (once: until help ends) */
+            l->at.thr_before = thr;
+            l->at.before = l->at.active;
+            l->at.park_trial = true;
+            pf__set_active(l, 0, "pf_next loads every batch", waited, thr);
         }
         return;
     }
@@ -2414,8 +2433,10 @@ static bool pf__worker_gate(pf_loader *l) {
 
 /* Run cfg.load for claimed slot s, unlocked, and judge what it did: a
    failure or an overflowing job->bytes becomes the slot's result and
-   message. Returns the clock at its end. */
-static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s) {
+   message. start: the clock just before (0: read it here; a clock read
+   costs some 30 ns on a VM, a tenth of a cheap batch). Returns the clock
+   at its end. */
+static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64_t start) {
     pf_job job;
     int rc;
     uint64_t now;
@@ -2424,7 +2445,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s) {
     w->msg[0] = '\0';
     w->failed = false;
     PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
-    now = pf__now_ns();
+    now = start ? start : pf__now_ns();
     rc = l->cfg.load(l->cfg.user, &job);
     s->call_ns = pf__now_ns() - now;
     now += s->call_ns;
@@ -2506,7 +2527,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             continue;
         }
         pf__unlock_wake(l);
-        now = pf__worker_load(l, w, s);
+        now = pf__worker_load(l, w, s, 0);
         pf__lock(&l->sync.mu);
         pf__loaded(l, s, now);
     }
@@ -2576,6 +2597,7 @@ static void pf__wait_begins(pf_loader *l, uint64_t now) {
 static void pf__wait_ends(pf_loader *l, int kind, uint64_t now) {
     uint64_t dt;
     l->st.last_ns = now; /* a pf_next that waits again still counts as latest */
+    l->st.last_fresh = true;
     if (--l->st.waiters) return;
     dt = now - l->st.wait_since;
     if (kind == PF__WAIT_COPY)
@@ -2707,7 +2729,10 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     if (!out) r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_next: out is NULL");
     else if (pf__error_due(l)) r = pf__show_error(l);
     else r = take(l, out, l->cfg.timeout_ms ? &deadline : NULL);
-    l->st.last_ns = pf__now_ns(); /* elapsed_s runs to the latest pf_next, whatever it returned */
+    /* elapsed_s runs to the latest pf_next, whatever it returned (a wait
+       that just ended set it already: one clock read less per batch) */
+    if (!l->st.last_fresh) l->st.last_ns = pf__now_ns();
+    l->st.last_fresh = false;
     *progress = r == PF_OK && l->cfg.progress && l->st.batches % l->cfg.progress_every == 0;
     if (r == PF_OK && l->cfg.autotune) pf__autotune(l);
     msg[0] = '\0';
@@ -2744,7 +2769,7 @@ static bool pf__load_inline(pf_loader *l) {
     l->at.inline_busy = true; /* one record: one loading caller at a time */
     pf__wait_begins(l, now);
     pf__unlock_wake(l);
-    end = pf__worker_load(l, w, s);
+    end = pf__worker_load(l, w, s, now); /* from the claim: the job's indices count as the load */
     pf__lock(&l->sync.mu);
     l->at.inline_busy = false;
     l->st.next_loads++;
