@@ -930,7 +930,8 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #include <unistd.h>
 #endif
 #if defined(__linux__)
-#include <sys/mman.h> /* huge pages for host slots (pf__touch_slots) */
+#include <sched.h>    /* the affinity mask (pf__cpu_count) */
+#include <sys/mman.h> /* huge pages for host slots (pf__slot_block) */
 #endif
 
 /* >>threads --------------------------------------------------------------- */
@@ -1253,6 +1254,7 @@ typedef struct pf__slot {
 typedef struct pf__worker {
     pf_loader *owner;
     uint32_t id;
+    char name[40];          /* in messages: "worker 3", or "pf_next" (the extra record) */
     pf__thread thread;
     bool failed;            /* pf_job_fail was called for the current job */
     char msg[PF__MSG_SIZE]; /* pf_job_fail writes here */
@@ -1794,13 +1796,36 @@ static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
 /* Threads spinning in pf__spin, all loaders of the process together. */
 static uint32_t pf__spinners;
 
+/* The CPUs this process may run on: online, within its affinity mask
+   (taskset; where <sched.h> shows CPU_COUNT) and its container's CPU
+   quota (cgroup v2 cpu.max, "quota period", rounded up). A loader under
+   `docker --cpus 2` on a 64-core host must not spin as if it had 64. */
 static uint32_t pf__cpu_count(void) {
+    long n = 1; /* unknown: never spin */
 #if defined(_SC_NPROCESSORS_ONLN)
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (uint32_t)n : 1u;
-#else
-    return 1u; /* unknown: never spin */
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
 #endif
+#if defined(__linux__) && defined(CPU_COUNT)
+    {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n)
+            n = CPU_COUNT(&set);
+    }
+#endif
+#if defined(__linux__)
+    {
+        FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+        long long quota = 0, period = 0;
+        if (f) {
+            if (fscanf(f, "%lld %lld", &quota, &period) == 2 && quota > 0 && period > 0 &&
+                (quota + period - 1) / period < n)
+                n = (long)((quota + period - 1) / period);
+            fclose(f);
+        }
+    }
+#endif
+    return (uint32_t)n;
 }
 
 /* May a thread spin now? Only while the loader runs and a CPU is free
@@ -2451,16 +2476,16 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     now += s->call_ns;
     PF__RANGE_POP();
     if (rc != 0) {
-        pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (worker %u): %s",
-                   (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
+        pf__format(s->msg, PF__MSG_SIZE, "load failed for epoch %llu batch %llu (%s): %s",
+                   (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, w->name,
                    !w->failed ? "the callback returned non-zero without pf_job_fail"
                    : w->msg[0] ? w->msg : "(pf_job_fail with an empty message)");
         s->result = PF_ERR_LOAD;
     } else if (job.bytes > job.capacity) {
         pf__format(s->msg, PF__MSG_SIZE,
-                   "load for epoch %llu batch %llu (worker %u) set job->bytes = %llu, more than "
+                   "load for epoch %llu batch %llu (%s) set job->bytes = %llu, more than "
                    "the slot capacity of %llu bytes (cfg.batch_bytes)",
-                   (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
+                   (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, w->name,
                    (unsigned long long)job.bytes, (unsigned long long)job.capacity);
         s->result = PF_ERR_LOAD;
     } else {
@@ -2561,8 +2586,8 @@ static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
         return;
     }
     if (late)
-        pf__format(dst, size, "epoch %llu batch %llu is late: worker %u has been inside load for %llu ms",
-                   (unsigned long long)late->b.epoch, (unsigned long long)late->b.batch, (unsigned)late->worker,
+        pf__format(dst, size, "epoch %llu batch %llu is late: %s has been inside load for %llu ms",
+                   (unsigned long long)late->b.epoch, (unsigned long long)late->b.batch, l->pool.w[late->worker].name,
                    (unsigned long long)((now - late->started_ns) / 1000000u));
     else
         pf__format(dst, size,
@@ -4630,10 +4655,12 @@ static pf_result pf__start(pf_loader *l, char *why, size_t n) {
         if (pf__cond_init(&l->sync.cv[l->sync.cv_ok]) != 0) goto thread_fail;
     l->pool.w[l->cfg.num_workers].owner = l; /* the record pf_next loads through (pf__load_inline) */
     l->pool.w[l->cfg.num_workers].id = l->cfg.num_workers;
+    pf__format(l->pool.w[l->cfg.num_workers].name, sizeof l->pool.w[0].name, "pf_next, on the caller's thread");
     for (i = 0; i < l->cfg.num_workers; i++) {
         pf__worker *w = &l->pool.w[i];
         w->owner = l;
         w->id = i;
+        pf__format(w->name, sizeof w->name, "worker %u", (unsigned)i);
         if (PF__THREAD_START(&w->thread, pf__worker_main, w) != 0) {
             pf__format(why, n, "pf_create: could not start worker thread %u of %u", (unsigned)i,
                        (unsigned)l->cfg.num_workers);
@@ -4812,10 +4839,10 @@ static void pf__verdict(pf_stats *s) {
         s->bound = PF_BOUND_COPY;
         s->verdict = "copy-bound: the consumer waits for host-to-device copies; send fewer bytes "
                      "(e.g. uint8, normalise on the GPU)";
-    } else if (s->next_loads * 2 > s->batches) {
+    } else if (s->next_loads * 10 > s->batches) {
         s->bound = PF_BOUND_INPUT;
-        s->verdict = "input-bound: loads cost less than a handoff between threads, so pf_next loads most "
-                     "batches itself; only a cheaper load goes faster";
+        s->verdict = "input-bound: loads cost less than a handoff between threads, so pf_next loads batches "
+                     "itself when none is ready (autotune); more workers do not help, only a cheaper load does";
     } else {
         s->bound = PF_BOUND_INPUT;
         s->verdict = "input-bound: the consumer waits for loads; add workers or make load cheaper";
@@ -4873,8 +4900,15 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     pf_stats s;
     double el, rate;
     char of[32] = "", workers[48] = "", at[96];
+    bool help = false;
     int n;
     pf_get_stats(l, &s);
+    if (l) { /* autotune's help flag, read as pf_get_stats reads: under the lock */
+        pf_loader *ml = (pf_loader *)l;
+        pf__lock(&ml->sync.mu);
+        help = ml->at.help;
+        pf__unlock(&ml->sync.mu);
+    }
     el = s.elapsed_s > 0 ? s.elapsed_s : 0;
     rate = el > 0 ? (double)s.bytes / el : 0;
     if (s.batches_in_epoch) pf__format(of, sizeof of, "/%llu", (unsigned long long)s.batches_in_epoch);
@@ -4882,7 +4916,7 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     if (!buf) size = 0; /* (NULL, 0): just the length, to size a buffer */
     if (l && l->cfg.autotune && !s.workers_active)
         pf__format(workers, sizeof workers, " \xc2\xb7 pf_next loads (auto)");
-    else if (l && l->cfg.autotune && l->at.help) /* unlocked: a flag, for the text only */
+    else if (l && l->cfg.autotune && help)
         pf__format(workers, sizeof workers, " \xc2\xb7 %u worker%s + pf_next (auto)", (unsigned)s.workers_active,
                    s.workers_active == 1 ? "" : "s");
     else if (l && l->cfg.autotune)
@@ -4998,22 +5032,22 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     const unsigned char *marker = (const unsigned char *)l->cfg.bad_marker;
     unsigned char *host = s->data;
     if (w->refused) /* pf_job_skip under PF_BAD_STOP, or pf_job_append, and the load went on */
-        PF__JOB_BAD("load failed for epoch %llu batch %llu (worker %u): %s", (unsigned long long)s->b.epoch,
-                    (unsigned long long)s->b.batch, (unsigned)w->id, w->msg);
+        PF__JOB_BAD("load failed for epoch %llu batch %llu (%s): %s", (unsigned long long)s->b.epoch,
+                    (unsigned long long)s->b.batch, w->name, w->msg);
     if (!w->appends && !n && !w->pack) return; /* the load wrote the slot itself */
     pf__sort_u64(bad, n);
     if (w->appends || w->pack) {
         if (w->appends + n != count)
-            PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) appended %u samples and skipped %u, for a "
+            PF__JOB_BAD("load for epoch %llu batch %llu (%s) appended %u samples and skipped %u, for a "
                         "batch of %u: append each sample that is not skipped", (unsigned long long)s->b.epoch,
-                        (unsigned long long)s->b.batch, (unsigned)w->id, (unsigned)w->appends, (unsigned)n,
+                        (unsigned long long)s->b.batch, w->name, (unsigned)w->appends, (unsigned)n,
                         (unsigned)count);
         if (n && l->cfg.bad_samples == PF_BAD_MARK) {
             size_t end = w->used + (size_t)n * mb;
             if (end > job->capacity || end < w->used)
-                PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): %u bad samples' markers (%llu bytes each) "
+                PF__JOB_BAD("load for epoch %llu batch %llu (%s): %u bad samples' markers (%llu bytes each) "
                             "do not fit in the slot after %llu bytes of samples (cfg.batch_bytes %llu)",
-                            (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
+                            (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, w->name,
                             (unsigned)n, (unsigned long long)mb, (unsigned long long)w->used,
                             (unsigned long long)job->capacity);
             /* from the end: sample k-1 of the appended ones moves up to its
@@ -5043,9 +5077,9 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
     } else if (l->cfg.bad_samples == PF_BAD_MARK) { /* fixed-size samples: the marker is one */
         for (i = 0; i < n; i++) {
             if ((bad[i] + 1) * mb > job->capacity)
-                PF__JOB_BAD("load for epoch %llu batch %llu (worker %u): the marker for sample %llu would end at "
+                PF__JOB_BAD("load for epoch %llu batch %llu (%s): the marker for sample %llu would end at "
                             "byte %llu, past the slot (cfg.batch_bytes %llu)", (unsigned long long)s->b.epoch,
-                            (unsigned long long)s->b.batch, (unsigned)w->id, (unsigned long long)bad[i],
+                            (unsigned long long)s->b.batch, w->name, (unsigned long long)bad[i],
                             (unsigned long long)((bad[i] + 1) * mb), (unsigned long long)job->capacity);
             memcpy(host + bad[i] * mb, marker, mb);
         }
@@ -5053,9 +5087,9 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
         s->b.sm.packed = true;
         job->bytes = 0;
     } else {
-        PF__JOB_BAD("load for epoch %llu batch %llu (worker %u) skipped %u of %u samples but wrote the slot itself: "
+        PF__JOB_BAD("load for epoch %llu batch %llu (%s) skipped %u of %u samples but wrote the slot itself: "
                     "PF_BAD_SKIP drops samples from packed batches; write them with pf_job_append (or use "
-                    "PF_BAD_MARK)", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, (unsigned)w->id,
+                    "PF_BAD_MARK)", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, w->name,
                     (unsigned)n, (unsigned)count);
     }
     /* positions to sample indices; SKIP: the batch keeps the others, in order */

@@ -748,6 +748,39 @@ static void run_pf_next_loads(bool help) {
     pthread_mutex_destroy(&h.mu);
 }
 static void test_pf_next_loads_when_no_worker_is_active(void) { run_pf_next_loads(false); }
+
+/* A load that fails on the caller's thread says so: the message names
+   pf_next, not a worker that does not exist (worker num_workers). */
+static int failing_at_20(void *user, pf_job *job) {
+    (void)user;
+    job->bytes = 8;
+    return job->batch == 20 ? pf_job_fail(job, "bad batch %llu", (unsigned long long)job->batch) : 0;
+}
+static void test_a_failed_load_in_pf_next_names_pf_next(void) {
+    pf_config cfg = t_config_base(100, 1, 8, 1);
+    pf_loader *l;
+    pf_result r = PF_OK;
+    uint64_t k = 0;
+    cfg.load = failing_at_20;
+    cfg.num_workers = 2;
+    cfg.host_slots = 5;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->at.active = 0; /* pf_next loads every batch past the first few */
+    pf__unlock(&l->sync.mu);
+    for (; k < 100; k++) {
+        pf_batch b;
+        r = pf_next(l, &b);
+        if (r != PF_OK) break;
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    CHECK_EQ(r, PF_ERR_LOAD);
+    CHECK_EQ(k, 20);
+    CHECK_CONTAINS(pf_error(l), "load failed for epoch 0 batch 20 (pf_next, on the caller's thread): bad batch 20");
+    pf_destroy(l);
+}
 static void test_pf_next_helps_the_workers(void) { run_pf_next_loads(true); }
 
 /* With autotune the ring starts small (3 slots for big batches), but the
@@ -824,6 +857,7 @@ static const h_test tests[] = {
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
+    {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
