@@ -930,7 +930,6 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #include <unistd.h>
 #endif
 #if defined(__linux__)
-#include <sched.h>    /* the affinity mask (pf__cpu_count) */
 #include <sys/mman.h> /* huge pages for host slots (pf__slot_block) */
 #endif
 
@@ -1796,8 +1795,30 @@ static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
 /* Threads spinning in pf__spin, all loaders of the process together. */
 static uint32_t pf__spinners;
 
+/* How many CPUs a list such as "0-3,8,10-11" names (0: none, or not a list). */
+static uint32_t pf__cpus_in_list(const char *p) {
+    uint32_t n = 0;
+    for (;;) {
+        char *end;
+        unsigned long a, b;
+        while (*p == ' ' || *p == '\t') p++;
+        a = strtoul(p, &end, 10);
+        if (end == p) return n;
+        b = a;
+        p = end;
+        if (*p == '-') {
+            b = strtoul(p + 1, &end, 10);
+            if (end == p + 1 || b < a) return 0;
+            p = end;
+        }
+        n += (uint32_t)(b - a + 1);
+        if (*p != ',') return n;
+        p++;
+    }
+}
+
 /* The CPUs this process may run on: online, within its affinity mask
-   (taskset; where <sched.h> shows CPU_COUNT) and its container's CPU
+   (taskset, as /proc/self/status lists it) and its container's CPU
    quota (cgroup v2 cpu.max, "quota period", rounded up). A loader under
    `docker --cpus 2` on a 64-core host must not spin as if it had 64. */
 static uint32_t pf__cpu_count(void) {
@@ -1806,14 +1827,20 @@ static uint32_t pf__cpu_count(void) {
     n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1) n = 1;
 #endif
-#if defined(__linux__) && defined(CPU_COUNT)
-    {
-        cpu_set_t set;
-        if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n)
-            n = CPU_COUNT(&set);
-    }
-#endif
 #if defined(__linux__)
+    {
+        /* the mask as /proc shows it: sched_getaffinity is declared only
+           with _GNU_SOURCE */
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "Cpus_allowed_list:", 18)) {
+                long k = (long)pf__cpus_in_list(line + 18);
+                if (k > 0 && k < n) n = k;
+                break;
+            }
+        if (f) fclose(f);
+    }
     {
         FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
         long long quota = 0, period = 0;

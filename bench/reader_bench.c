@@ -9,9 +9,12 @@
    once, so the figure is the reader's own cost. Both sides write into
    SLOTS (16) batch buffers in turn: the loader's host slots, and as many
    buffers for the plain loop, so neither reads into a buffer that stays in
-   cache while the other cannot. GB/s and samples/s, best of
-   three interleaved runs; the ratio is reader / plain loop with the same
-   number of threads. Target: records (page cache) >= 0.9 of the plain loop.
+   cache while the other cannot. Each run reads the data 4 times (once in
+   --quick and with O_DIRECT), and the loader's clock starts before
+   pf_create. GB/s and samples/s, best of five interleaved runs; the ratio
+   is reader / plain loop with the same number of threads ("auto":
+   autotune, against a plain thread per core). Target: records (page
+   cache) >= 0.9 of the plain loop.
 
    Build: cc -O2 -std=c11 bench/reader_bench.c -o reader_bench -lpthread
    Run:   ./reader_bench [--quick] [--dir DIR] */

@@ -912,23 +912,30 @@ static void test_stats_count_and_verdict(void) {
     t_close(&t, &c, &r);
 }
 
-/* The CPUs to spin on are the ones this process may use: under an
-   affinity mask of one CPU (taskset -c N), one, whatever the machine has. */
+/* The CPUs to spin on are the ones this process may use: the affinity
+   mask's list as /proc/self/status writes it, and under a mask of one CPU
+   (taskset -c N) one, whatever the machine has (where the test can set a
+   mask: sched_setaffinity needs _GNU_SOURCE, as in the C++ build). */
 static void test_cpu_count_follows_the_affinity_mask(void) {
-#if defined(__linux__) && defined(CPU_COUNT)
-    cpu_set_t was, one;
-    int first = -1;
-    CHECK_EQ(sched_getaffinity(0, sizeof was, &was), 0);
-    for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
-        if (CPU_ISSET(c, &was)) first = c;
-    CPU_ZERO(&one);
-    CPU_SET(first, &one);
-    CHECK_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-    CHECK_EQ(pf__cpu_count(), 1);
-    CHECK_EQ(sched_setaffinity(0, sizeof was, &was), 0);
+    CHECK_EQ(pf__cpus_in_list("0-3,8,10-11\n"), 7);
+    CHECK_EQ(pf__cpus_in_list("\t5\n"), 1);
+    CHECK_EQ(pf__cpus_in_list("0-63"), 64);
+    CHECK_EQ(pf__cpus_in_list("3-1"), 0);
+    CHECK_EQ(pf__cpus_in_list("x"), 0);
     CHECK(pf__cpu_count() >= 1);
-#else
-    h_skip("no CPU_COUNT in <sched.h> without _GNU_SOURCE: checked in the C++ build");
+#if defined(__linux__) && defined(CPU_COUNT)
+    {
+        cpu_set_t was, one;
+        int first = -1;
+        CHECK_EQ(sched_getaffinity(0, sizeof was, &was), 0);
+        for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+            if (CPU_ISSET(c, &was)) first = c;
+        CPU_ZERO(&one);
+        CPU_SET(first, &one);
+        CHECK_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+        CHECK_EQ(pf__cpu_count(), 1);
+        CHECK_EQ(sched_setaffinity(0, sizeof was, &was), 0);
+    }
 #endif
 }
 
