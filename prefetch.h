@@ -2381,18 +2381,20 @@ static void pf__autotune(pf_loader *l) {
         return;
     }
     if (l->at.inline_wait) l->at.inline_wait--;
-    /* Input-bound with loads cheaper than the wait for each batch: the
-       handoff between threads costs more than the load itself, so pf_next
-       tries loading when the next batch is not ready (the workers go on
-       beside it; with a single CPU there are none, it loads every batch);
-       kept only if that is 5% faster, and tried again after a failure
-       only once the load has changed and the backoff has passed. Only on
+    /* Input-bound with cheap loads (under PF__INLINE_MAX_S: a load pf_next
+       starts delays a batch that gets ready meanwhile by at most that):
+       pf_next tries loading when the next batch is not ready, instead of
+       sleeping (the workers go on beside it; with a single CPU there are
+       none, it loads every batch). That pays twice: no handoff for the
+       batches it loads, and a thread that waited loads too. Kept only if
+       5% faster, and tried again after a failure only once the load has
+       changed and the backoff has passed. Only on
        the host backend; not with per-thread setup (worker_init/stop,
        on_worker_start: loads would run where it never ran), nor with
        cfg.timeout_ms (a load inside pf_next is not bounded by it). */
     if (l->ops->taker == PF__ROLE_CONSUMER && !l->cfg.worker_init && !l->cfg.worker_stop &&
         !l->cfg.on_worker_start && !l->cfg.timeout_ms && !l->at.probing &&
-        waited > 0.05 && call_pb < PF__INLINE_MAX_S && call_pb < waited * dt / (double)db &&
+        waited > 0.05 && call_pb < PF__INLINE_MAX_S &&
         !l->at.inline_wait && !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
         l->at.inline_failed = false;
         l->at.inline_load = call_pb;
