@@ -172,7 +172,9 @@
                claim's lead cap and pf_checkpoint; the parsed resume token
                (>>resume).
        error   the pipeline's first failure (>>errors).
-       pool    the worker threads; a worker's job fields are its own.
+       pool    the worker threads; a worker's job fields are its own. The
+               extra record pool.w[num_workers] is pf_next's own (autotune's
+               help): one caller at a time loads through it (at.inline_busy).
        at      autotune (>>autotune), changed only inside pf_next.
        st      the stats.
        cu      the CUDA backend (>>backend cuda): handles fixed in
@@ -184,7 +186,10 @@
 
      Allocated once in pf_create, never during the run:
        host:  host_slots * stride   (pinned on CUDA, cfg.allocator on host;
-                                   touched once in pf_create, so resident)
+                                   touched once in pf_create, so resident;
+                                   page-aligned when stride is a page
+                                   multiple, and blocks of 2 MiB or more in
+                                   transparent huge pages on Linux)
        GPU:   device_slots * stride (CUDA backend)
        and on CUDA an offsets table per slot, host (pinned) and device:
        (batch_size + 1) * 8 bytes rounded up to 256, for packed batches
@@ -2152,12 +2157,17 @@ static int pf__take(pf_loader *l, pf__slot **out) {
    pf_next measures the period that just ended, under the lock: throughput, the share of time it waited for
    loads (waits for a busy GPU do not count), the worker time per batch in
    load and the consumer's own time per batch.
+   - Input-bound with cheap loads (under PF__INLINE_MAX_S, host backend):
+     pf_next helps (loads when the next batch is not ready), on trial;
+     once kept, the workers park on trial; back to the workers alone when
+     loads get dearer.
    - Input-bound (waited > 5%): grow towards load time / consumer time per
      batch (the workers needed to keep pace), at most doubling, and put the
      increase on trial: if the next period's throughput is not 5% better
      and the consumer still waited for loads (over 1%), go back and keep
      that as a ceiling (a CPU-bound load on a saturated
-     machine: more workers stop helping).
+     machine: more workers stop helping). Not while the process's CPU time
+     says every core is busy.
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
      park one, and if that
@@ -2169,9 +2179,10 @@ static int pf__take(pf_loader *l, pf__slot **out) {
    than the slot ring can keep busy. */
 #define PF__AT_PERIOD 32u
 #define PF__AT_MIN_NS 20000000u /* and at least 20 ms */
-/* The dearest load pf_next may take over: a handoff between threads costs
-   0.3-40 us (a spin, or a sleep and a wake on a VM); a load that costs more
-   than this is never cheaper to run in the caller's thread. */
+/* The dearest load pf_next may take on: a batch that gets ready while
+   pf_next loads another waits for it, so this bounds that delay; a
+   handoff between threads costs 0.3-40 us (a spin, or a sleep and a wake
+   on a VM). */
 #define PF__INLINE_MAX_S 50e-6
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
