@@ -2248,9 +2248,12 @@ static void pf__ring_for(pf_loader *l, uint32_t slots, bool trial) {
 }
 
 static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
-    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u -> %u workers: %s (waited %.0f%% of the last %llu batches, "
-               "%.0f batches/s)", (unsigned)l->at.active, (unsigned)n, why, waited * 100,
-               (unsigned long long)(l->st.batches - l->at.batches_prev), thr);
+    char count[48];
+    if (n == l->at.active) pf__format(count, sizeof count, "%u worker%s stay", (unsigned)n, n == 1 ? "" : "s");
+    else pf__format(count, sizeof count, "%u -> %u workers", (unsigned)l->at.active, (unsigned)n);
+    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %s: %s (waited %.0f%% of the last %llu batches, "
+               "%.0f batches/s)", count, why, waited * 100, (unsigned long long)(l->st.batches - l->at.batches_prev),
+               thr);
     if (n > l->at.active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
     if (n > l->at.active) pf__ring_for(l, l->at.active + n + 1, true); /* on trial: see pf__grow */
     l->at.active = n;
@@ -2317,6 +2320,8 @@ static void pf__grow(pf_loader *l) {
     }
 }
 
+static void pf__wait_flush(pf_loader *l, uint64_t now); /* >>consumer */
+
 static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
@@ -2327,6 +2332,7 @@ static void pf__autotune(pf_loader *l) {
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     now = pf__now_ns();
     if (l->at.t0 && now - l->at.t0 < PF__AT_MIN_NS) return; /* cheap batches: 32 of them are noise */
+    pf__wait_flush(l, now);
     waits = l->st.wait_input_ns + l->st.wait_copy_ns;
     if (!l->at.t0) { /* the first period starts with the first batch */
         pf__at_period_start(l, now, waits);
@@ -2350,6 +2356,10 @@ static void pf__autotune(pf_loader *l) {
     l->at.cap_streak = l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
     if (l->at.cap_streak >= 2) l->at.cap = limit;
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
+    /* a period in which the consumer hardly waited (a pause in the loop,
+       an evaluation) judges no trial of pf_next loading: it stays on
+       trial */
+    if ((l->at.help_trial || l->at.park_trial) && waited <= 0.01) return;
     if (l->at.help_trial) { /* pf_next loading on trial */
         l->at.help_trial = false;
         if (thr < l->at.thr_before * 1.05) {
@@ -2657,6 +2667,19 @@ typedef struct pf__wait_on {
    a wait's kind may be settled only when it ends. */
 static void pf__wait_begins(pf_loader *l, uint64_t now) {
     if (l->st.waiters++ == 0) l->st.wait_since = now;
+}
+
+/* Consumers that wait one after another without a gap (several threads
+   in pf_next on a slow load) never close the span: credit what has run of
+   it so far, so autotune's periods and pf_get_stats see the waiting as it
+   happens (else a period reads 0%, and the span's close reads thousands of
+   percent). Host backend only: there every wait is for input, while on
+   CUDA a span's kind is settled when it ends. Lock held. */
+static void pf__wait_flush(pf_loader *l, uint64_t now) {
+    if (!l->st.waiters || l->ops->taker != PF__ROLE_CONSUMER || now <= l->st.wait_since) return;
+    l->st.wait_input_ns += now - l->st.wait_since;
+    l->st.wait_since = now;
+    if (l->st.last_ns < now) l->st.last_ns = now; /* a pf_next still waiting is the latest, up to now */
 }
 
 static void pf__wait_ends(pf_loader *l, int kind, uint64_t now) {
@@ -4899,6 +4922,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
         return;
     }
     pf__lock(&l->sync.mu);
+    pf__wait_flush(l, pf__now_ns());
     out->backend = l->ops->backend;
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->at.active;
@@ -5547,6 +5571,7 @@ static int pf__pread_direct(int fd, unsigned char *buf, size_t bufsize, unsigned
 typedef struct pf__rec_file {
     char *path;
     int fd;
+    bool direct; /* opened with O_DIRECT (its file system may refuse it; the reader's other files not) */
     uint32_t refs;
     dev_t dev; /* what fd is: a path now naming another file is opened anew */
     ino_t ino;
@@ -5600,6 +5625,7 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
     struct stat st;
     char err[PF__ERRNO_TEXT];
     int fd;
+    bool direct;
     if (stat(path, &st) == 0) { /* else the open below says why */
         uint32_t i;
         for (i = 0; i < r->ncache; i++)
@@ -5610,10 +5636,11 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         pf__format(why, n, "too many files open at once (%u) to open %s", (unsigned)r->cache_cap, path);
         return NULL;
     }
-    fd = open(path, O_RDONLY | (r->direct ? PF__O_DIRECT : 0));
-    if (fd < 0 && r->direct && errno == EINVAL) { /* this file system refuses O_DIRECT */
-        r->direct = false;
-        pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: %s refuses O_DIRECT; reading through the page cache", path);
+    direct = r->direct;
+    fd = open(path, O_RDONLY | (direct ? PF__O_DIRECT : 0));
+    if (fd < 0 && direct && errno == EINVAL) { /* this file system refuses O_DIRECT: this file reads buffered */
+        direct = false;
+        pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: %s refuses O_DIRECT; reading it through the page cache", path);
         fd = open(path, O_RDONLY);
     }
     if (fd < 0) {
@@ -5635,6 +5662,7 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         return NULL;
     }
     f->fd = fd;
+    f->direct = direct;
     f->dev = st.st_dev;
     f->ino = st.st_ino;
     r->cache[r->ncache++] = f;
@@ -5775,7 +5803,6 @@ static int pf__rec_load(void *user, pf_job *job) {
     pf__rd_ws *ws = pf__rd_begin(&r->rd, job);
     const pf__rec_view *v;
     size_t rb = r->c.record_bytes;
-    bool direct = r->direct;
     uint32_t i = 0;
     char why[PF__MSG_SIZE];
     if (!ws) return -1;
@@ -5809,7 +5836,7 @@ static int pf__rec_load(void *user, pf_job *job) {
             /* O_DIRECT straight into the slot when it and the read are
                aligned (page-aligned slots, 4 KiB records), else through
                the worker's buffer */
-            bounce = direct && ((uint64_t)(uintptr_t)dst | off | (uint64_t)bytes) % PF__RD_ALIGN != 0;
+            bounce = file->direct && ((uint64_t)(uintptr_t)dst | off | (uint64_t)bytes) % PF__RD_ALIGN != 0;
             if (bounce ? pf__pread_direct(file->fd, ws->buf, r->rd.buf_bytes, dst, bytes, off) != 0
                        : pf__pread_full(file->fd, dst, bytes, off) != (long long)bytes)
                 return pf_job_fail(job, "pf_records: short read of %u records at record %llu of %s", (unsigned)run,
@@ -5818,7 +5845,7 @@ static int pf__rec_load(void *user, pf_job *job) {
             pf_sample smp;
             memset(&smp, 0, sizeof smp);
             smp.data = ws->buf;
-            if (direct) {
+            if (file->direct) {
                 uint64_t a0 = off & ~(uint64_t)(PF__RD_ALIGN - 1);
                 size_t need = (size_t)(off - a0) + rb; /* the record's end in the aligned read */
                 size_t span = (need + PF__RD_ALIGN - 1) & ~(size_t)(PF__RD_ALIGN - 1);

@@ -783,6 +783,66 @@ static void test_a_failed_load_in_pf_next_names_pf_next(void) {
 }
 static void test_pf_next_helps_the_workers(void) { run_pf_next_loads(true); }
 
+/* Consumers that wait back to back (several threads in pf_next on a slow
+   load) never let the wait span close: the waiting still shows as it
+   happens, in pf_get_stats and in autotune's periods, not 0 until the
+   end (nor all of it at once, thousands of percent, when the span closes). */
+typedef struct overlap {
+    pf_loader *l;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned delivered;
+} overlap;
+static int slow_load(void *user, pf_job *job) {
+    struct timespec ts = {0, 2000000};
+    (void)user;
+    nanosleep(&ts, NULL);
+    job->bytes = 8;
+    return 0;
+}
+static void *overlap_consumer(void *arg) {
+    overlap *o = (overlap *)arg;
+    for (;;) {
+        pf_batch b;
+        if (pf_next(o->l, &b) != PF_OK) break;
+        CHECK_EQ(pf_release(o->l, &b), PF_OK);
+        pthread_mutex_lock(&o->mu);
+        o->delivered++;
+        pthread_cond_broadcast(&o->cv);
+        pthread_mutex_unlock(&o->mu);
+    }
+    return NULL;
+}
+static void test_overlapping_waits_show_as_they_happen(void) {
+    overlap o;
+    pthread_t th[3];
+    pf_config cfg = t_config_base(120, 1, 8, 1);
+    pf_stats st;
+    struct timespec until;
+    cfg.load = slow_load;
+    cfg.num_workers = 1;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    memset(&o, 0, sizeof o);
+    pthread_mutex_init(&o.mu, NULL);
+    pthread_cond_init(&o.cv, NULL);
+    CHECK_EQ(pf_create(&cfg, &o.l), PF_OK);
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, overlap_consumer, &o);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30; /* bounded */
+    pthread_mutex_lock(&o.mu);
+    while (o.delivered < 40)
+        if (pthread_cond_timedwait(&o.cv, &o.mu, &until) != 0) break;
+    pthread_mutex_unlock(&o.mu);
+    pf_get_stats(o.l, &st); /* mid-run: three consumers wait in turn for each 2 ms load */
+    CHECKF(st.wait_input_s > 0.25 * st.elapsed_s, "waited %.4f s of %.4f s", st.wait_input_s, st.elapsed_s);
+    CHECK(st.wait_s <= st.elapsed_s + 1e-9);
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    pf_destroy(o.l);
+    pthread_cond_destroy(&o.cv);
+    pthread_mutex_destroy(&o.mu);
+}
+
 /* With autotune the ring starts small (3 slots for big batches), but the
    caller may still hold host_slots batches: pf_next grows the ring itself
    instead of waiting for a slot nobody will free; one more is
@@ -858,6 +918,7 @@ static const h_test tests[] = {
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
+    {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
