@@ -5314,6 +5314,11 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
 #define PF__O_DIRECT 0 /* not here: direct reads fall back to buffered ones */
 #endif
 #define PF__RD_ALIGN 4096u /* O_DIRECT: offsets, lengths and buffers */
+/* how the readers open a file: a test stands a file system that refuses
+   O_DIRECT in here (tests/test_data.c) */
+#ifndef PF__OPEN
+#define PF__OPEN(path, flags) open((path), (flags))
+#endif
 
 /* strerror(e) without its shared buffer, which another thread's strerror
    may overwrite: the text in buf (n bytes), or one of the C library's own.
@@ -5637,11 +5642,11 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         return NULL;
     }
     direct = r->direct;
-    fd = open(path, O_RDONLY | (direct ? PF__O_DIRECT : 0));
+    fd = PF__OPEN(path, O_RDONLY | (direct ? PF__O_DIRECT : 0));
     if (fd < 0 && direct && errno == EINVAL) { /* this file system refuses O_DIRECT: this file reads buffered */
         direct = false;
         pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: %s refuses O_DIRECT; reading it through the page cache", path);
-        fd = open(path, O_RDONLY);
+        fd = PF__OPEN(path, O_RDONLY);
     }
     if (fd < 0) {
         pf__format(why, n, "cannot open %s: %s", path, pf__errno_text(errno, err, sizeof err));
