@@ -996,6 +996,43 @@ static void test_records_raw_shuffled(void) { run_records(true, false, false); }
 static void test_records_step(void) { run_records(true, true, false); }
 static void test_records_direct(void) { run_records(false, false, true); run_records(true, true, true); }
 
+/* Drain l to the end, checking every record of every batch byte for byte:
+   sample x is record x % per of file file0 + x / per (as write_records'
+   rec_byte has it); seen (may be NULL) counts each x below nseen, and any
+   x past it fails; page_aligned: each
+   slot must start on a page. Returns the records delivered. */
+static uint64_t rd_drain_checked(pf_loader *l, size_t rb, uint64_t per, uint32_t file0, uint32_t *seen,
+                                 uint64_t nseen, bool page_aligned) {
+    uint64_t got = 0;
+    for (;;) {
+        pf_batch b;
+        pf_result r = pf_next(l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECKF(r == PF_END_OF_DATA, "record %zu bytes: %s", rb, pf_error(l));
+            break;
+        }
+        if (page_aligned) CHECK_EQ((uintptr_t)b.data % 4096, 0);
+        CHECK_EQ(b.bytes, b.count * rb);
+        for (uint32_t i = 0; i < b.count; i++) {
+            const unsigned char *p = (const unsigned char *)b.data + i * rb;
+            uint64_t x = b.indices[i];
+            uint32_t f = file0 + (uint32_t)(x / per);
+            size_t bad = rb;
+            for (size_t k = 0; k < rb && bad == rb; k++)
+                if (p[k] != rec_byte(f, x % per, k)) bad = k;
+            CHECKF(bad == rb, "record %llu (%zu bytes) differs at byte %zu", (unsigned long long)x, rb, bad);
+            if (seen) {
+                CHECK(x < nseen);
+                if (x < nseen) seen[x]++;
+            }
+            got++;
+        }
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    return got;
+}
+
 /* O_DIRECT with page-sized records: a slot whose stride is a whole number
    of pages is page-aligned, and a run of records at an aligned offset is
    read straight into it; at an offset that is not aligned (a 16-byte
@@ -1039,28 +1076,7 @@ static void test_records_direct_into_the_slot(void) {
         memset(seen, 0, sizeof seen);
         CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
         CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-        for (;;) {
-            pf_batch b;
-            pf_result r = pf_next(l, &b);
-            if (r == PF_END_OF_EPOCH) continue;
-            if (r != PF_OK) {
-                CHECK_EQ(r, PF_END_OF_DATA);
-                break;
-            }
-            CHECK_EQ((uintptr_t)b.data % 4096, 0); /* 5 x 4096: a page-aligned stride */
-            CHECK_EQ(b.bytes, b.count * rb);
-            for (uint32_t i = 0; i < b.count; i++) {
-                const unsigned char *p = (const unsigned char *)b.data + i * rb;
-                uint64_t x = b.indices[i];
-                size_t bad = rb;
-                for (size_t k = 0; k < rb && bad == rb; k++)
-                    if (p[k] != rec_byte(3, x, k)) bad = k;
-                CHECKF(bad == rb, "variant %d: record %llu differs at byte %zu", variant, (unsigned long long)x, bad);
-                if (x < n) seen[x]++;
-                got++;
-            }
-            CHECK_EQ(pf_release(l, &b), PF_OK);
-        }
+        got = rd_drain_checked(l, rb, n, 3, seen, n, true);
         pf_destroy(l);
         pf_records_close(rd);
         CHECK_EQ(got, 2 * n);
@@ -1118,26 +1134,7 @@ static void test_records_one_file_refuses_direct(void) {
         cfg.timeout_ms = 60000; /* bounded */
         CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
         CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-        for (;;) {
-            pf_batch b;
-            pf_result r = pf_next(l, &b);
-            if (r == PF_END_OF_EPOCH) continue;
-            if (r != PF_OK) {
-                CHECKF(r == PF_END_OF_DATA, "record %zu bytes: %s", rb, pf_error(l));
-                break;
-            }
-            for (uint32_t i = 0; i < b.count; i++) {
-                const unsigned char *p = (const unsigned char *)b.data + i * rb;
-                uint64_t x = b.indices[i];
-                uint32_t f = (uint32_t)(x / per);
-                size_t bad = rb;
-                for (size_t k = 0; k < rb && bad == rb; k++)
-                    if (p[k] != rec_byte(f, x % per, k)) bad = k;
-                CHECKF(bad == rb, "record %llu (%zu bytes) differs at byte %zu", (unsigned long long)x, rb, bad);
-                got++;
-            }
-            CHECK_EQ(pf_release(l, &b), PF_OK);
-        }
+        got = rd_drain_checked(l, rb, per, 0, NULL, 0, false);
         CHECK_EQ(got, 2 * per);
         pf_destroy(l);
         pf_records_close(rd);
