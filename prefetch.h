@@ -2944,7 +2944,8 @@ static pf_result pf__batch_wait_host(pf_loader *l, const pf_batch *b) {
 }
 
 /* A block of host slots from cfg.allocator, slots from .. to-1, each
-   PF__ALIGN-aligned; *raw: what to free. Every page is touched now:
+   PF__ALIGN-aligned (page-aligned when the stride is a page multiple, so
+   O_DIRECT reads land in them); *raw: what to free. Every page is touched now:
    memory use is exact from the start and the first epoch pays no page
    faults (pinned memory is resident already). Not with zeros: some
    hypervisors back zeroed pages lazily and charge the first real write
