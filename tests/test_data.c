@@ -1937,6 +1937,22 @@ static void tn_check(const dsnap *d) {
         snprintf(t->got[t->n++], sizeof t->got[0], "%s", (const char *)d->data + d->offsets[i]);
     pthread_mutex_unlock(&t->mu);
 }
+/* the shard in pp through tn_step: it opens, with nsamples samples */
+static void tn_open(const char *const *pp, pf_config *cfg, pf_tar **tr, uint64_t nsamples) {
+    pf_tar_config tc = tar_config(pp, 1);
+    tc.step = tn_step;
+    CHECKF(pf_tar_open(&tc, cfg, tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(*tr), nsamples);
+}
+/* run it to the end and close it: exactly the n samples of want, in order */
+static void tn_run(pf_config *cfg, pf_tar *tr, tnames *tn, const char *const *want, uint32_t n) {
+    tn->n = 0;
+    d_run_all(cfg, tn_check, tn, 100, NULL);
+    pf_tar_close(tr);
+    CHECK_EQ(tn->n, n);
+    for (uint32_t i = 0; i < n && i < tn->n; i++)
+        CHECKF(!strcmp(tn->got[i], want[i]), "sample %u: %s, want %s", i, tn->got[i], want[i]);
+}
 
 /* what `tar --format=posix` writes: a pax header before entries holding
    only times (the first before any name was seen). A pax path or GNU long
@@ -1948,7 +1964,6 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
     const char *pp[1] = {path};
     static const char *const want[4] = {"k0:jpg/300,cls/1", "k1:jpg/7,cls/1", "d/k2:jpg/5,cls/1", "k3:jpg/2"};
     unsigned char big[300];
-    pf_tar_config tc;
     pf_tar *tr = NULL;
     pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
     logcap lc;
@@ -1987,17 +2002,11 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
     pax_add(rec, sizeof rec, "path", "zz.jpg");
     tar_meta(f, "./PaxHeaders/zz", 'x', rec, strlen(rec)); /* dangling */
     tar_end(f);
-    tc = tar_config(pp, 1);
-    tc.step = tn_step;
     cap_begin(&lc, &cfg);
-    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
-    CHECK_EQ(pf_tar_samples(tr), 4);
+    tn_open(pp, &cfg, &tr, 4);
     CHECK_EQ(lc.warns, 1);
     CHECK_CONTAINS(lc.text, "has no entry after it");
-    d_run_all(&cfg, tn_check, &tn, 100, NULL);
-    pf_tar_close(tr);
-    CHECK_EQ(tn.n, 4);
-    for (uint32_t i = 0; i < 4 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
+    tn_run(&cfg, tr, &tn, want, 4);
     cap_end(&lc);
     pthread_mutex_destroy(&tn.mu);
     tmp_end();
@@ -2064,6 +2073,7 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
 static void test_tar_gnu_headers_and_long_pax_paths(void) {
     char path[300], rec[6000], longp[5001];
     const char *pp[1] = {path};
+    static const char *const gnu_want[1] = {"sub.dir/k:jpg/3,cls/1"};
     pf_tar_config tc;
     pf_tar *tr = NULL;
     pf_config cfg = t_config_base(0, 4, 4 * 128, 1);
@@ -2079,14 +2089,8 @@ static void test_tar_gnu_headers_and_long_pax_paths(void) {
     tar_file(f, "sub.dir/k.cls", "1", 1);
     tar_gnu = 0;
     tar_end(f);
-    tc = tar_config(pp, 1);
-    tc.step = tn_step;
-    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
-    CHECK_EQ(pf_tar_samples(tr), 1);
-    d_run_all(&cfg, tn_check, &tn, 100, NULL);
-    pf_tar_close(tr);
-    CHECK_EQ(tn.n, 1);
-    CHECKF(tn.n == 1 && !strcmp(tn.got[0], "sub.dir/k:jpg/3,cls/1"), "got %s", tn.got[0]);
+    tn_open(pp, &cfg, &tr, 1);
+    tn_run(&cfg, tr, &tn, gnu_want, 1);
     /* a pax path of 5000 bytes */
     memset(longp, 'p', 4990);
     memcpy(longp + 4990, "/k.jpg", 7);
@@ -2098,6 +2102,8 @@ static void test_tar_gnu_headers_and_long_pax_paths(void) {
     tar_data(f, "kkk", 3);
     fclose(f);
     cfg = t_config_base(0, 4, 4 * 128, 1);
+    tc = tar_config(pp, 1);
+    tc.step = tn_step;
     tr = (pf_tar *)1;
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "longer than 4095");
     CHECK_CONTAINS(pf_error(NULL), "the pax path at byte 0 is 4996 bytes");
@@ -2129,25 +2135,21 @@ static void test_tar_files_without_an_extension_are_left_out(void) {
     tar_file(f, "c.", "c", 1);
     tar_file(f, "c.seg.png", "cc", 2);
     tar_end(f);
-    tc = tar_config(pp, 1);
-    tc.step = tn_step;
     cap_begin(&lc, &cfg);
-    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
-    CHECK_EQ(pf_tar_samples(tr), 3);
+    tn_open(pp, &cfg, &tr, 3);
     CHECK_EQ(lc.warns, 1);
     CHECK_CONTAINS(lc.text, "2 files without an extension");
     CHECK_CONTAINS(lc.text, "the first is README, at byte 1024");
     CHECK_CONTAINS(lc.text, path);
-    d_run_all(&cfg, tn_check, &tn, 100, NULL);
-    pf_tar_close(tr);
-    CHECK_EQ(tn.n, 3);
-    for (uint32_t i = 0; i < 3 && i < tn.n; i++) CHECKF(!strcmp(tn.got[i], want[i]), "sample %u: %s, want %s", i, tn.got[i], want[i]);
+    tn_run(&cfg, tr, &tn, want, 3);
     /* a shard of nothing but such files holds no sample: refused, saying why */
     f = fopen(path, "wb");
     tar_file(f, "README", "hello", 5);
     tar_file(f, "Makefile", "all:", 4);
     fclose(f);
     cfg = t_config_base(0, 4, 4 * 128, 1);
+    tc = tar_config(pp, 1);
+    tc.step = tn_step;
     tr = (pf_tar *)1;
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "hold no file that is part of a sample");
     CHECK_CONTAINS(pf_error(NULL), "names without an extension");
