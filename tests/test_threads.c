@@ -749,6 +749,57 @@ static void run_pf_next_loads(bool help) {
 }
 static void test_pf_next_loads_when_no_worker_is_active(void) { run_pf_next_loads(false); }
 
+/* pf_next times only 1 of every PF__INLINE_TIMED loads it makes (a clock
+   read waits for the copy the load just made); the others count as their
+   smoothed duration. Each load here takes at least 200 us by the clock, so
+   every batch pf_next loaded, timed or not, must show as at least that
+   much input wait and load time, and no more wait than elapsed time. */
+static int slow_200us(void *user, pf_job *job) {
+    struct timespec t0, t;
+    (void)user;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 200000);
+    job->bytes = 8;
+    return 0;
+}
+static void test_untimed_loads_in_pf_next_still_count(void) {
+    const uint64_t n = 20 * PF__INLINE_TIMED;
+    pf_config cfg = t_config_base(n, 1, 8, 1);
+    pf_loader *l;
+    pf_stats st;
+    pf_batch b;
+    cfg.load = slow_200us;
+    cfg.num_workers = 1;
+    cfg.host_slots = 3;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->at.active = 0; /* pf_next loads every batch past the worker's few */
+    pf__unlock(&l->sync.mu);
+    for (uint64_t k = 0; k < n; k++) {
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        if (k == n / 2) { /* mid-run, from the consumer's thread, as a progress callback would */
+            pf_get_stats(l, &st);
+            CHECK(st.wait_s <= st.elapsed_s);
+            CHECKF(st.wait_input_s >= (double)st.next_loads * 200e-6, "%.6f s for %llu loads", st.wait_input_s,
+                   (unsigned long long)st.next_loads);
+        }
+    }
+    CHECK_EQ(pf_next(l, &b), PF_END_OF_EPOCH);
+    pf_get_stats(l, &st);
+    CHECKF(st.next_loads >= n - 3, "pf_next loaded %llu of %llu", (unsigned long long)st.next_loads,
+           (unsigned long long)n);
+    CHECKF(st.wait_input_s >= (double)st.next_loads * 200e-6, "%.6f s for %llu loads", st.wait_input_s,
+           (unsigned long long)st.next_loads);
+    CHECK(st.load_s >= (double)n * 200e-6);
+    CHECKF(st.wait_s <= st.elapsed_s, "waited %.6f s of %.6f s", st.wait_s, st.elapsed_s);
+    pf_destroy(l);
+}
+
 /* A load that fails on the caller's thread says so: the message names
    pf_next, not a worker that does not exist (worker num_workers). */
 static int failing_at_20(void *user, pf_job *job) {
@@ -917,6 +968,7 @@ static const h_test tests[] = {
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
+    {"untimed_loads_in_pf_next_still_count", test_untimed_loads_in_pf_next_still_count},
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
