@@ -2187,7 +2187,8 @@ static int pf__take(pf_loader *l, pf__slot **out) {
    handoff between threads costs 0.3-40 us (a spin, or a sleep and a wake
    on a VM). */
 #define PF__INLINE_MAX_S 50e-6
-#define PF__INLINE_TIMED 16u /* pf_next times 1 of this many of its loads */
+#define PF__INLINE_TIMED 16u /* pf_next times 1 of this many of its loads... */
+#define PF__INLINE_UNTIMED_NS 2000u /* ...when they take less than this */
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
@@ -2263,6 +2264,7 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
     l->at.active = n;
     l->at.changes++;
     l->at.last_change_batch = l->st.batches;
+    l->at.inline_est = 0; /* pf_next's next load is timed afresh */
 }
 
 /* A measuring period starts now: the counters it is measured against. */
@@ -2672,15 +2674,17 @@ typedef struct pf__wait_on {
    a wait's kind may be settled only when it ends. */
 /* The untimed loads pf_next made since the clock was last read (last_ns)
    waited for input about their estimate each: credited now, never more
-   than the clock moved since then, so wait_s stays within elapsed_s. The
-   latest of those pf_next calls was before now: elapsed_s runs to it. */
+   than the clock moved since then, so wait_s stays within elapsed_s, and
+   elapsed_s runs on by as much (those calls were after last_ns, but when
+   is not known: not to now, which may be a pause later). */
 static void pf__settle_untimed(pf_loader *l, uint64_t now) {
-    uint64_t moved;
+    uint64_t moved, credit;
     if (!l->st.untimed_ns) return;
     moved = now > l->st.last_ns ? now - l->st.last_ns : 0;
-    l->st.wait_input_ns += l->st.untimed_ns < moved ? l->st.untimed_ns : moved;
+    credit = l->st.untimed_ns < moved ? l->st.untimed_ns : moved;
+    l->st.wait_input_ns += credit;
+    l->st.last_ns += credit; /* those pf_next calls ran at least this long after it */
     l->st.untimed_ns = 0;
-    if (l->st.last_ns < now) l->st.last_ns = now;
 }
 
 static void pf__wait_begins(pf_loader *l, uint64_t now) {
@@ -2704,10 +2708,13 @@ static void pf__wait_flush(pf_loader *l, uint64_t now) {
 
 static void pf__wait_ends(pf_loader *l, int kind, uint64_t now) {
     uint64_t dt;
-    l->st.last_ns = now; /* a pf_next that waits again still counts as latest */
+    /* now may be older than the lock: pf__load_inline reads it before it
+       locks, and a pf_get_stats in between may have flushed the span past
+       it (and moved last_ns): neither goes back */
+    if (l->st.last_ns < now) l->st.last_ns = now; /* a pf_next that waits again still counts as latest */
     l->st.last_fresh = true;
     if (--l->st.waiters) return;
-    dt = now - l->st.wait_since;
+    dt = now > l->st.wait_since ? now - l->st.wait_since : 0;
     if (kind == PF__WAIT_COPY)
         l->st.wait_copy_ns += dt;
     else if (kind == PF__WAIT_GPU)
@@ -2876,11 +2883,14 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
 static bool pf__load_inline(pf_loader *l) {
     pf__worker *w = &l->pool.w[l->cfg.num_workers];
     pf__slot *s = NULL;
-    /* 1 load in PF__INLINE_TIMED reads the clock, before and after; the
-       others take the timed ones' smoothed duration. A clock read waits
-       for the copy the load just made: two per batch made a 4 KiB batch
-       in order 40% slower than the same load without them. */
-    uint64_t est = l->at.inline_n % PF__INLINE_TIMED && l->at.inline_est ? l->at.inline_est : 0;
+    /* Loads under PF__INLINE_UNTIMED_NS: 1 in PF__INLINE_TIMED reads the
+       clock, before and after; the others take the timed ones' smoothed
+       duration. A clock read waits for the copy the load just made: two
+       per batch made a 4 KiB batch in order 40% slower than the same load
+       without them. Dearer loads are all timed (the reads are noise
+       there), so an untimed load is off by under PF__INLINE_UNTIMED_NS,
+       except the few before a timed one sees loads turn dear. */
+    uint64_t est = l->at.inline_n % PF__INLINE_TIMED && l->at.inline_est < PF__INLINE_UNTIMED_NS ? l->at.inline_est : 0;
     uint64_t now = est ? l->st.last_ns : pf__now_ns(), end;
     if (l->at.inline_busy || pf__claim(l, w, now, &s) != PF__CLAIM_OK) return false;
     l->at.inline_busy = true; /* one record: one loading caller at a time */

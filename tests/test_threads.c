@@ -800,6 +800,136 @@ static void test_untimed_loads_in_pf_next_still_count(void) {
     pf_destroy(l);
 }
 
+/* The same when the load's cost changes under pf_next: 64 dear batches
+   (200 us), 400 cheap ones, 64 dear again, 72 cheap. Untimed loads take the timed
+   ones' estimate, so an estimate from one phase must not carry into the
+   next: the cheap phase counts at most its own wall time plus 2 us a
+   load (loads under 2 us are the only ones left untimed), and the second
+   dear phase undercounts at most the few before a timed load sees it.
+   And elapsed_s stops at the last pf_next, untimed or not: a pause after
+   it (an evaluation) is not loader time. */
+static int dear_cheap_dear(void *user, pf_job *job) {
+    (void)user;
+    if (job->batch < 64 || (job->batch >= 464 && job->batch < 528)) return slow_200us(user, job);
+    job->bytes = 8;
+    return 0;
+}
+static double t_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static void test_pf_next_load_stats_follow_a_changing_load(void) {
+    pf_config cfg = t_config_base(600, 1, 8, 1);
+    pf_loader *l;
+    pf_stats st, prev;
+    pf_batch b;
+    uint64_t k = 0;
+    double t0, t1, wall_b = 0;
+    struct timespec pause = {0, 20000000};
+    cfg.load = dear_cheap_dear;
+    cfg.num_workers = 1;
+    cfg.host_slots = 3;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->at.active = 0; /* pf_next loads every batch past the worker's few */
+    pf__unlock(&l->sync.mu);
+    memset(&prev, 0, sizeof prev);
+    t0 = t_now_s();
+    for (; k < 600; k++) {
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        if (k == 63 || k == 463 || k == 527) {
+            pf_get_stats(l, &st);
+            CHECKF(st.wait_s <= st.elapsed_s, "waited %.6f s of %.6f s", st.wait_s, st.elapsed_s);
+            CHECK(st.elapsed_s >= prev.elapsed_s && st.wait_s >= prev.wait_s);
+            if (k == 63) /* a worker may have loaded a few: pf_next's own count */
+                CHECKF(st.wait_input_s >= (double)st.next_loads * 200e-6, "%.6f s for %llu loads", st.wait_input_s,
+                       (unsigned long long)st.next_loads);
+            if (k == 463) {
+                double wall = t_now_s() - wall_b;
+                CHECKF(st.load_s - prev.load_s <= wall + 400 * 2e-6, "400 cheap loads counted as %.6f s in %.6f s", st.load_s - prev.load_s, wall);
+            }
+            if (k == 527)
+                CHECKF(st.wait_input_s - prev.wait_input_s >= (64.0 - PF__INLINE_TIMED) * 200e-6,
+                       "64 dear loads counted as %.6f s of waiting", st.wait_input_s - prev.wait_input_s);
+            prev = st;
+            if (k == 63) wall_b = t_now_s(); /* the cheap phase starts */
+        }
+    }
+    t1 = t_now_s();
+    nanosleep(&pause, NULL); /* before the epoch's end is asked for: the last pf_next delivered a batch */
+    pf_get_stats(l, &st);
+    CHECKF(st.elapsed_s <= t1 - t0 + 1e-3, "elapsed %.6f s for a loop of %.6f s", st.elapsed_s, t1 - t0);
+    CHECK_EQ(pf_next(l, &b), PF_END_OF_EPOCH);
+    pf_destroy(l);
+}
+
+/* pf_get_stats from another thread while pf_next loads: elapsed_s and
+   wait_s never go back. pf_next reads a load's end before it locks; a
+   pf_get_stats in between used to flush the wait span past it, and the
+   span's close then wrapped below zero and moved elapsed_s back. */
+typedef struct watcher {
+    pf_loader *l;
+    int stop; /* __atomic */
+    unsigned back, reads;
+    double worst;
+} watcher;
+static void *watch_stats(void *arg) {
+    watcher *w = (watcher *)arg;
+    pf_stats prev, st;
+    memset(&prev, 0, sizeof prev);
+    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+        pf_get_stats(w->l, &st);
+        w->reads++;
+        if (st.elapsed_s < prev.elapsed_s || st.wait_s < prev.wait_s || st.wait_s > st.elapsed_s) {
+            w->back++;
+            if (prev.elapsed_s - st.elapsed_s > w->worst) w->worst = prev.elapsed_s - st.elapsed_s;
+        }
+        prev = st;
+    }
+    return NULL;
+}
+static int copy_4k(void *user, pf_job *job) {
+    static const unsigned char src[4096];
+    (void)user;
+    memcpy(job->host, src, sizeof src);
+    job->bytes = sizeof src;
+    return 0;
+}
+static void test_stats_never_go_back_while_pf_next_loads(void) {
+    const uint64_t n = 50000;
+    pf_config cfg = t_config_base(n, 1, 4096, 1);
+    pf_loader *l;
+    pthread_t th;
+    watcher w;
+    cfg.load = copy_4k;
+    cfg.num_workers = 1;
+    cfg.host_slots = 3;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->at.active = 0; /* pf_next loads every batch past the worker's few */
+    pf__unlock(&l->sync.mu);
+    memset(&w, 0, sizeof w);
+    w.l = l;
+    CHECK_EQ(pthread_create(&th, NULL, watch_stats, &w), 0);
+    for (uint64_t k = 0; k < n; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    CHECK(w.reads > 0);
+    CHECKF(w.back == 0, "%u of %u reads went back (by up to %.9f s) or waited longer than elapsed", w.back, w.reads,
+           w.worst);
+    pf_destroy(l);
+}
+
 /* A load that fails on the caller's thread says so: the message names
    pf_next, not a worker that does not exist (worker num_workers). */
 static int failing_at_20(void *user, pf_job *job) {
@@ -969,6 +1099,8 @@ static const h_test tests[] = {
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
     {"untimed_loads_in_pf_next_still_count", test_untimed_loads_in_pf_next_still_count},
+    {"pf_next_load_stats_follow_a_changing_load", test_pf_next_load_stats_follow_a_changing_load},
+    {"stats_never_go_back_while_pf_next_loads", test_stats_never_go_back_while_pf_next_loads},
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
