@@ -995,17 +995,20 @@ static int pf__cond_timedwait(pf__cond *c, pf__mutex *m, const struct timespec *
 
 /* The loader's lock is held for well under a microsecond (no user code
    runs under it), so a thread that finds it taken retries a few times,
-   backing off (about a microsecond in all), before it sleeps in the
-   kernel: on a VM that sleep and the wake cost 10-40 us. Four tries, not
-   more: on an oversubscribed machine (load 5 on 2 cores) twelve were
-   slower than none. Not on one CPU, where the holder cannot run while we
-   spin (pf__lock_spins is set by pf_create). */
+   backing off (254 pauses in all: 5 us on this 2-core AMD VM), before it
+   sleeps in the kernel: on a VM that sleep and the wake cost 10-40 us.
+   Eight tries: four (30 pauses) let the handoff's two threads race into
+   futex sleeps (1.7 us a batch there; 0.8-1.2 with eight, and 100x fewer
+   futex calls); twelve with longer backoffs were slower than none on an
+   oversubscribed machine (load 5 on 2 cores), where eight measured the
+   same as four. Not on one CPU, where the holder cannot run while we spin
+   (pf__lock_spins is set by pf_create). */
 static uint32_t pf__lock_spins;
 static void pf__lock(pf__mutex *m) {
     uint32_t k, j, n = PF__LOAD_FLAG(&pf__lock_spins);
     for (k = 0; k < n; k++) {
         if (pf__trylock(m)) return;
-        for (j = 0; j < (2u << (k < 6 ? k : 6)); j++) PF__CPU_RELAX();
+        for (j = 0; j < (2u << (k < 5 ? k : 5)); j++) PF__CPU_RELAX();
     }
     pf__lock_wait(m);
 }
@@ -4750,7 +4753,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->at.floor = 1;
     l->ring.wake_batch = l->ring.nalloc >= 8 ? l->ring.nalloc / 4 : 1;
     l->sync.ncpu = pf__cpu_count();
-    PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 4u : 0u);
+    PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 8u : 0u);
     for (i = 0; i < PF__ROLES; i++) l->sync.spin_ns[i] = l->sync.ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
     if (ops->place) ops->place(l, base, o_backend);
