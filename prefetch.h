@@ -2341,8 +2341,12 @@ static void pf__autotune(pf_loader *l) {
     uint64_t cpu0 = l->at.cpu0;
     bool saturated;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
+    /* cheap batches: 32 of them are noise. The period's time is judged by
+       the clock pf_next last read (this call's, or a load of pf_next's at
+       most PF__INLINE_TIMED ago): a read here for each batch until 20 ms
+       are up cost as much as a 4 KiB batch */
+    if (l->at.t0 && (l->st.last_ns <= l->at.t0 || l->st.last_ns - l->at.t0 < PF__AT_MIN_NS)) return;
     now = pf__now_ns();
-    if (l->at.t0 && now - l->at.t0 < PF__AT_MIN_NS) return; /* cheap batches: 32 of them are noise */
     pf__wait_flush(l, now);
     waits = l->st.wait_input_ns + l->st.wait_copy_ns;
     if (!l->at.t0) { /* the first period starts with the first batch */
