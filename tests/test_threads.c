@@ -749,6 +749,24 @@ static void run_pf_next_loads(bool help) {
 }
 static void test_pf_next_loads_when_no_worker_is_active(void) { run_pf_next_loads(false); }
 
+/* A loader whose pf_next loads every batch (past the few its worker had
+   claimed before it parked), forced, so that no timing decides it. */
+static pf_loader *t_pf_next_loader(uint64_t n, size_t batch_bytes, pf_load_fn load) {
+    pf_config cfg = t_config_base(n, 1, batch_bytes, 1);
+    pf_loader *l = NULL;
+    cfg.load = load;
+    cfg.num_workers = 1;
+    cfg.host_slots = 3;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    if (!l) return NULL;
+    pf__lock(&l->sync.mu);
+    l->at.active = 0;
+    pf__unlock(&l->sync.mu);
+    return l;
+}
+
 /* pf_next times only 1 of every PF__INLINE_TIMED loads it makes (a clock
    read waits for the copy the load just made); the others count as their
    smoothed duration. Each load here takes at least 200 us by the clock, so
@@ -765,19 +783,10 @@ static int slow_200us(void *user, pf_job *job) {
 }
 static void test_untimed_loads_in_pf_next_still_count(void) {
     const uint64_t n = 20 * PF__INLINE_TIMED;
-    pf_config cfg = t_config_base(n, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = t_pf_next_loader(n, 8, slow_200us);
     pf_stats st;
     pf_batch b;
-    cfg.load = slow_200us;
-    cfg.num_workers = 1;
-    cfg.host_slots = 3;
-    cfg.backend = PF_BACKEND_HOST;
-    cfg.timeout_ms = 60000; /* bounded */
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    pf__lock(&l->sync.mu);
-    l->at.active = 0; /* pf_next loads every batch past the worker's few */
-    pf__unlock(&l->sync.mu);
+    if (!l) return;
     for (uint64_t k = 0; k < n; k++) {
         CHECK_EQ(pf_next(l, &b), PF_OK);
         CHECK_EQ(b.batch, k);
@@ -820,22 +829,13 @@ static double t_now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 static void test_pf_next_load_stats_follow_a_changing_load(void) {
-    pf_config cfg = t_config_base(600, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = t_pf_next_loader(600, 8, dear_cheap_dear);
     pf_stats st, prev;
     pf_batch b;
     uint64_t k = 0;
     double t0, t1, wall_b = 0;
     struct timespec pause = {0, 20000000};
-    cfg.load = dear_cheap_dear;
-    cfg.num_workers = 1;
-    cfg.host_slots = 3;
-    cfg.backend = PF_BACKEND_HOST;
-    cfg.timeout_ms = 60000; /* bounded */
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    pf__lock(&l->sync.mu);
-    l->at.active = 0; /* pf_next loads every batch past the worker's few */
-    pf__unlock(&l->sync.mu);
+    if (!l) return;
     memset(&prev, 0, sizeof prev);
     t0 = t_now_s();
     for (; k < 600; k++) {
@@ -901,19 +901,10 @@ static int copy_4k(void *user, pf_job *job) {
 }
 static void test_stats_never_go_back_while_pf_next_loads(void) {
     const uint64_t n = 50000;
-    pf_config cfg = t_config_base(n, 1, 4096, 1);
-    pf_loader *l;
+    pf_loader *l = t_pf_next_loader(n, 4096, copy_4k);
     pthread_t th;
     watcher w;
-    cfg.load = copy_4k;
-    cfg.num_workers = 1;
-    cfg.host_slots = 3;
-    cfg.backend = PF_BACKEND_HOST;
-    cfg.timeout_ms = 60000; /* bounded */
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    pf__lock(&l->sync.mu);
-    l->at.active = 0; /* pf_next loads every batch past the worker's few */
-    pf__unlock(&l->sync.mu);
+    if (!l) return;
     memset(&w, 0, sizeof w);
     w.l = l;
     CHECK_EQ(pthread_create(&th, NULL, watch_stats, &w), 0);
@@ -938,19 +929,10 @@ static int failing_at_20(void *user, pf_job *job) {
     return job->batch == 20 ? pf_job_fail(job, "bad batch %llu", (unsigned long long)job->batch) : 0;
 }
 static void test_a_failed_load_in_pf_next_names_pf_next(void) {
-    pf_config cfg = t_config_base(100, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = t_pf_next_loader(100, 8, failing_at_20);
     pf_result r = PF_OK;
     uint64_t k = 0;
-    cfg.load = failing_at_20;
-    cfg.num_workers = 2;
-    cfg.host_slots = 5;
-    cfg.backend = PF_BACKEND_HOST;
-    cfg.timeout_ms = 60000; /* bounded */
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    pf__lock(&l->sync.mu);
-    l->at.active = 0; /* pf_next loads every batch past the first few */
-    pf__unlock(&l->sync.mu);
+    if (!l) return;
     for (; k < 100; k++) {
         pf_batch b;
         r = pf_next(l, &b);
