@@ -1439,6 +1439,7 @@ typedef struct pf__tuner {
     bool inline_failed;
     bool help;             /* pf_next loads when the next batch is not ready */
     bool help_trial;       /* help is on trial                                */
+    uint32_t help_quiet;   /* periods in a row that could not judge the trial */
     bool park_trial;       /* with help: no workers at all, on trial           */
     bool park_failed;      /* that was not faster (until help ends)           */
     uint32_t inline_wait, inline_backoff; /* periods before the next trial; its doubling */
@@ -2351,6 +2352,9 @@ static void pf__autotune(pf_loader *l) {
     waits = l->st.wait_input_ns + l->st.wait_copy_ns;
     if (!l->at.t0) { /* the first period starts with the first batch */
         pf__at_period_start(l, now, waits);
+        /* and leaves out the batches loaded before it: taken at once, they
+           would make one worker look faster than it can be */
+        l->at.batches0 += l->ring.nready;
         l->at.cap = limit;
         return;
     }
@@ -2374,7 +2378,21 @@ static void pf__autotune(pf_loader *l) {
     /* a period in which the consumer hardly waited (a pause in the loop,
        an evaluation) judges no trial of pf_next loading: it stays on
        trial */
-    if ((l->at.help_trial || l->at.park_trial) && waited <= 0.01) return;
+    if (l->at.park_trial && waited <= 0.01) return;
+    if (l->at.help_trial && waited <= 0.01) {
+        /* pf_next found every batch ready: nothing to judge. Four such
+           periods in a row (the workers keep the ring full, or a long
+           pause): help ends with no verdict, and the worker rules, which
+           help skips, take over again (it comes back when the consumer
+           waits); else a full ring kept it on trial for good, with every
+           worker running */
+        if (++l->at.help_quiet < 4) return;
+        l->at.help = l->at.help_trial = false;
+        l->at.inline_wait = 8; /* not straight back: a consumer on the edge flaps */
+        pf__set_active(l, l->at.active, "the workers keep up: pf_next stops loading", waited, thr);
+        return;
+    }
+    l->at.help_quiet = 0;
     if (l->at.help_trial) { /* pf_next loading on trial */
         l->at.help_trial = false;
         if (thr < l->at.thr_before * 1.05) {
@@ -2437,6 +2455,7 @@ static void pf__autotune(pf_loader *l) {
         l->at.thr_before = thr;
         l->at.before = l->at.active;
         l->at.help = l->at.help_trial = true;
+        l->at.help_quiet = 0;
         pf__set_active(l, l->sync.ncpu > 1 ? l->at.active : 0, "loads cheaper than a handoff: pf_next loads too",
                        waited, thr);
         return;
@@ -4946,7 +4965,8 @@ PF_API const char *pf_result_string(pf_result r) {
 /* The verdict from the counters alone, so it can be tested on numbers.
    Waiting for a busy GPU is the GPU being the limit, not the loader: only
    the input and copy waits count against the loader. */
-static void pf__verdict(pf_stats *s) {
+/* helping: pf_next loads now (autotune), not only at some time before */
+static void pf__verdict(pf_stats *s, bool helping) {
     double waited = s->elapsed_s > 0 ? (s->wait_input_s + s->wait_copy_s) / s->elapsed_s : 0;
     if (s->batches < 2 || s->elapsed_s <= 0) {
         s->bound = PF_BOUND_UNKNOWN;
@@ -4959,7 +4979,7 @@ static void pf__verdict(pf_stats *s) {
         s->bound = PF_BOUND_COPY;
         s->verdict = "copy-bound: the consumer waits for host-to-device copies; send fewer bytes "
                      "(e.g. uint8, normalise on the GPU)";
-    } else if (s->next_loads * 10 > s->batches) {
+    } else if (helping && s->next_loads * 10 > s->batches) {
         s->bound = PF_BOUND_INPUT;
         s->verdict = "input-bound: loads cost less than a handoff between threads, so pf_next loads batches "
                      "itself when none is ready (autotune); more workers do not help, only a cheaper load does";
@@ -4972,10 +4992,11 @@ static void pf__verdict(pf_stats *s) {
 PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     pf_loader *l = (pf_loader *)cl; /* the lock is not part of the loader's value */
     uint32_t i;
+    bool helping;
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (!l) {
-        pf__verdict(out);
+        pf__verdict(out, false);
         return;
     }
     pf__lock(&l->sync.mu);
@@ -5012,8 +5033,9 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
         out->copying_slots += st == PF__SLOT_COPYING || st == PF__SLOT_STAGING;
     }
     if (l->ops->stats) l->ops->stats(l, out);
+    helping = l->cfg.autotune && (l->at.help || !l->at.active);
     pf__unlock(&l->sync.mu);
-    pf__verdict(out);
+    pf__verdict(out, helping);
 }
 
 PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {

@@ -942,26 +942,29 @@ static void test_cpu_count_follows_the_affinity_mask(void) {
 static void test_verdict_from_numbers(void) {
     pf_stats s;
     memset(&s, 0, sizeof s);
-    pf__verdict(&s);
+    pf__verdict(&s, false);
     CHECK_EQ(s.bound, PF_BOUND_UNKNOWN);
     s.batches = 100;
     s.elapsed_s = 10;
     s.wait_s = s.wait_input_s = 0.2;
-    pf__verdict(&s);
+    pf__verdict(&s, false);
     CHECK_EQ(s.bound, PF_BOUND_COMPUTE);
     CHECK_CONTAINS(s.verdict, "compute-bound");
     s.wait_s = s.wait_input_s = 3;
-    pf__verdict(&s);
+    pf__verdict(&s, false);
     CHECK_EQ(s.bound, PF_BOUND_INPUT);
     CHECK_CONTAINS(s.verdict, "add workers");
-    s.next_loads = 20; /* pf_next loaded a fifth of them itself: more workers are not the answer */
-    pf__verdict(&s);
+    s.next_loads = 20; /* pf_next loaded a fifth of them itself, and loads now: more workers are not the answer */
+    pf__verdict(&s, true);
     CHECK_EQ(s.bound, PF_BOUND_INPUT);
     CHECK_CONTAINS(s.verdict, "more workers do not help");
+    pf__verdict(&s, false); /* it did, earlier: autotune has gone back to the workers (the loads got dearer) */
+    CHECK_EQ(s.bound, PF_BOUND_INPUT);
+    CHECK_CONTAINS(s.verdict, "add workers");
     s.next_loads = 0;
     s.wait_copy_s = 4;
     s.wait_s = 7;
-    pf__verdict(&s);
+    pf__verdict(&s, false);
     CHECK_EQ(s.bound, PF_BOUND_COPY);
 }
 

@@ -946,6 +946,50 @@ static void test_a_failed_load_in_pf_next_names_pf_next(void) {
 }
 static void test_pf_next_helps_the_workers(void) { run_pf_next_loads(true); }
 
+/* A trial of pf_next helping cannot be judged while the consumer never
+   waits (the workers keep the ring full): it must not stay on trial for
+   good, skipping the worker rules meanwhile (an outside trial saw 8
+   workers kept for as long as the run lasted). Here the loads cost
+   nothing and each step 200 us, so no period waits: after four such
+   periods (20 ms each at least) help ends. Bounded: 4000 steps, 0.8 s. */
+static int nothing(void *user, pf_job *job) {
+    (void)user;
+    job->bytes = 8;
+    return 0;
+}
+static void test_a_help_trial_ends_when_nothing_waits(void) {
+    pf_config cfg = t_config_base(4000, 1, 8, 1);
+    pf_loader *l;
+    bool on_trial = true, helping = true;
+    uint64_t k = 0;
+    cfg.load = nothing;
+    cfg.num_workers = 2;
+    cfg.autotune = 1;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->at.help = l->at.help_trial = true; /* as if a starved period had started it */
+    l->at.thr_before = 1e9;               /* a trial judged anyway would fail: help ends either way */
+    pf__unlock(&l->sync.mu);
+    for (; k < 4000 && on_trial; k++) {
+        pf_batch b;
+        struct timespec t0, t;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 200000);
+        pf__lock(&l->sync.mu);
+        on_trial = l->at.help_trial;
+        helping = l->at.help;
+        pf__unlock(&l->sync.mu);
+    }
+    CHECKF(!on_trial, "help still on trial after %llu batches", (unsigned long long)k);
+    CHECK(!helping);
+    pf_destroy(l);
+}
+
 /* Consumers that wait back to back (several threads in pf_next on a slow
    load) never let the wait span close: the waiting still shows as it
    happens, in pf_get_stats and in autotune's periods, not 0 until the
@@ -1080,6 +1124,7 @@ static const h_test tests[] = {
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
+    {"a_help_trial_ends_when_nothing_waits", test_a_help_trial_ends_when_nothing_waits},
     {"untimed_loads_in_pf_next_still_count", test_untimed_loads_in_pf_next_still_count},
     {"pf_next_load_stats_follow_a_changing_load", test_pf_next_load_stats_follow_a_changing_load},
     {"stats_never_go_back_while_pf_next_loads", test_stats_never_go_back_while_pf_next_loads},
