@@ -2377,7 +2377,7 @@ static void pf__autotune(pf_loader *l) {
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     /* a period in which the consumer hardly waited (a pause in the loop,
        an evaluation) judges no trial of pf_next loading: it stays on
-       trial */
+       trial (a trial of help, four such periods at most) */
     if (l->at.park_trial && waited <= 0.01) return;
     if (l->at.help_trial && waited <= 0.01) {
         /* pf_next found every batch ready: nothing to judge. Four such
@@ -2696,10 +2696,6 @@ typedef struct pf__wait_on {
     uint64_t seq;
 } pf__wait_on;
 
-/* Waits are counted as wall-clock time during which at least one pf_next
-   waited, so two consumers waiting together count once and wait_s never
-   exceeds elapsed_s. The span takes the kind of the wait that closes it:
-   a wait's kind may be settled only when it ends. */
 /* The untimed loads pf_next made since the clock was last read (last_ns)
    waited for input about their estimate each: credited now, never more
    than the clock moved since then, so wait_s stays within elapsed_s, and
@@ -2715,6 +2711,10 @@ static void pf__settle_untimed(pf_loader *l, uint64_t now) {
     l->st.untimed_ns = 0;
 }
 
+/* Waits are counted as wall-clock time during which at least one pf_next
+   waited, so two consumers waiting together count once and wait_s never
+   exceeds elapsed_s. The span takes the kind of the wait that closes it:
+   a wait's kind may be settled only when it ends. */
 static void pf__wait_begins(pf_loader *l, uint64_t now) {
     pf__settle_untimed(l, now);
     if (l->st.waiters++ == 0) l->st.wait_since = now;
