@@ -772,12 +772,15 @@ static pf_loader *t_pf_next_loader(uint64_t n, size_t batch_bytes, pf_load_fn lo
    smoothed duration. Each load here takes at least 200 us by the clock, so
    every batch pf_next loaded, timed or not, must show as at least that
    much input wait and load time, and no more wait than elapsed time. */
-static int slow_200us(void *user, pf_job *job) {
+static void spin_200us(void) { /* at least 200 us by the clock, on the CPU */
     struct timespec t0, t;
-    (void)user;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do clock_gettime(CLOCK_MONOTONIC, &t);
     while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 200000);
+}
+static int slow_200us(void *user, pf_job *job) {
+    (void)user;
+    spin_200us();
     job->bytes = 8;
     return 0;
 }
@@ -1030,13 +1033,10 @@ static void test_a_help_trial_ends_when_nothing_waits(void) {
     pf__unlock(&l->sync.mu);
     for (; k < 4000 && on_trial; k++) {
         pf_batch b;
-        struct timespec t0, t;
         CHECK_EQ(pf_next(l, &b), PF_OK);
         CHECK_EQ(b.batch, k);
         CHECK_EQ(pf_release(l, &b), PF_OK);
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        do clock_gettime(CLOCK_MONOTONIC, &t);
-        while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 200000);
+        spin_200us(); /* the step */
         pf__lock(&l->sync.mu);
         on_trial = l->at.help_trial;
         helping = l->at.help;
