@@ -969,10 +969,10 @@ static void first_rate_log(void *user, int level, const char *msg) {
     if (f->rate < 0) f->rate = atof(p);
     pthread_mutex_unlock(&f->mu);
 }
-static int sleep_2ms(void *user, pf_job *job) {
-    struct timespec d = {0, 2000000};
+static int slow_load(void *user, pf_job *job) {
+    struct timespec ts = {0, 2000000};
     (void)user;
-    nanosleep(&d, NULL);
+    nanosleep(&ts, NULL);
     job->bytes = 8;
     return 0;
 }
@@ -984,7 +984,7 @@ static void test_autotune_leaves_out_what_loaded_before_the_first_pf_next(void) 
     struct timespec late = {0, 200000000};
     pthread_mutex_init(&f.mu, NULL);
     f.rate = -1;
-    cfg.load = sleep_2ms;
+    cfg.load = slow_load;
     cfg.num_workers = 8;
     cfg.autotune = 1;
     cfg.backend = PF_BACKEND_HOST;
@@ -1057,13 +1057,6 @@ typedef struct overlap {
     pthread_cond_t cv;
     unsigned delivered;
 } overlap;
-static int slow_load(void *user, pf_job *job) {
-    struct timespec ts = {0, 2000000};
-    (void)user;
-    nanosleep(&ts, NULL);
-    job->bytes = 8;
-    return 0;
-}
 static void *overlap_consumer(void *arg) {
     overlap *o = (overlap *)arg;
     for (;;) {
