@@ -1479,6 +1479,7 @@ typedef struct pf__counters {
     uint64_t call_ns;      /* inside cfg.load alone (load_ns adds the claim) */
     uint64_t skipped;      /* bad samples in batches taken (>>samples) */
     uint64_t next_loads;   /* batches pf_next loaded itself (pf__load_inline) */
+    uint64_t runs;         /* runs of two batches or more a worker claimed (pf__run_len) */
     bool last_fresh;       /* a wait's end just set last_ns */
     uint64_t untimed_ns;   /* untimed loads in pf_next: input wait not yet credited */
     uint32_t waiters;      /* pf_next calls waiting: their waits are counted once */
@@ -2789,6 +2790,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         nrun = 1;
         for (k = pf__run_len(l, w); nrun < k && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK;) nrun++;
         for (k = 0; k < nrun; k++) seqs[k] = run[k]->seq;
+        l->st.runs += nrun > 1;
         pf__unlock_wake(l);
         for (k = 0; k < nrun; k++) {
             s = run[k];

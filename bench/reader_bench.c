@@ -261,11 +261,13 @@ static void report(const char *what, unsigned w, uint64_t bytes, uint64_t sample
     r->plain1_gbs = (double)bytes / plain1_s / 1e9;
     r->hand_gbs = (double)bytes / hand_s / 1e9;
     r->samples_s = (double)samples / reader_s;
+    char hand[96] = "\"hand_load_GBps\":null,\"ratio_to_hand_load\":null"; /* O_DIRECT: no hand load */
+    if (r->hand_gbs >= 1e-20)
+        snprintf(hand, sizeof hand, "\"hand_load_GBps\":%.3f,\"ratio_to_hand_load\":%.3f", r->hand_gbs,
+                 r->reader_gbs / r->hand_gbs);
     printf("{\"bench\":\"readers\",\"reader\":\"%s\",\"workers\":%u,\"reader_GBps\":%.3f,\"plain_GBps\":%.3f,"
-           "\"plain_1thread_GBps\":%.3f,\"hand_load_GBps\":%.3f,\"samples_per_s\":%.0f,\"ratio\":%.3f,"
-           "\"ratio_to_hand_load\":%.3f}\n",
-           what, w, r->reader_gbs, r->plain_gbs, r->plain1_gbs, r->hand_gbs, r->samples_s,
-           r->reader_gbs / r->plain_gbs, r->reader_gbs / r->hand_gbs);
+           "\"plain_1thread_GBps\":%.3f,\"samples_per_s\":%.0f,\"ratio\":%.3f,%s}\n",
+           what, w, r->reader_gbs, r->plain_gbs, r->plain1_gbs, r->samples_s, r->reader_gbs / r->plain_gbs, hand);
     fflush(stdout);
 }
 
@@ -570,9 +572,13 @@ int main(int argc, char **argv) {
         char w[16];
         if (r->workers) snprintf(w, sizeof w, "%u", r->workers);
         else snprintf(w, sizeof w, "auto");
-        printf("%-40s %7s %11.2f %11.2f %11.2f %11.2f %11.0f %6.2f %6.2f%s\n", r->what, w, r->reader_gbs,
-               r->plain_gbs, r->plain1_gbs, r->hand_gbs, r->samples_s, r->reader_gbs / r->plain_gbs,
-               r->hand_gbs < 1e-20 ? 0 : r->reader_gbs / r->hand_gbs,
+        char hand[16] = "-", ratio[16] = "-"; /* O_DIRECT: no hand load */
+        if (r->hand_gbs >= 1e-20) {
+            snprintf(hand, sizeof hand, "%.2f", r->hand_gbs);
+            snprintf(ratio, sizeof ratio, "%.2f", r->reader_gbs / r->hand_gbs);
+        }
+        printf("%-40s %7s %11.2f %11.2f %11.2f %11s %11.0f %6.2f %6s%s\n", r->what, w, r->reader_gbs,
+               r->plain_gbs, r->plain1_gbs, hand, r->samples_s, r->reader_gbs / r->plain_gbs, ratio,
                !target ? "" : r->workers ? " (target >= 0.90)" : " (plain: a thread per core)");
     }
     return 0;

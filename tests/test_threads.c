@@ -1165,6 +1165,172 @@ static void test_autotune_destroy_while_resizing_and_parked(void) {
     }
 }
 
+/* ---- the handoff: runs of cheap batches, pf_release without the lock ---- */
+
+/* Cheap loads (a worker claims them in runs and publishes a run at its
+   end), except batch `gate`, whose load waits (at most 10 s) until the
+   consumer has received batch gate - 1. If a run held gate - 1 back
+   behind gate's load, the two would wait for each other. */
+typedef struct gated_run {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t gate;
+    int open, timed_out;
+} gated_run;
+
+static int gated_run_load(void *user, pf_job *job) {
+    gated_run *g = (gated_run *)user;
+    memset(job->host, (int)(job->batch & 0xff), 64);
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = 64;
+    if (job->epoch == 0 && job->batch == g->gate) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 10;
+        pthread_mutex_lock(&g->mu);
+        while (!g->open && !g->timed_out)
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) != 0) g->timed_out = 1;
+        pthread_mutex_unlock(&g->mu);
+    }
+    return 0;
+}
+
+static void test_a_run_never_holds_back_a_loaded_batch(void) {
+    uint64_t runs = 0;
+    for (int k = 0; k < 16; k++) {
+        gated_run g;
+        pf_config cfg;
+        pf_loader *l;
+        uint64_t next = 0, got = 0;
+        memset(&g, 0, sizeof g);
+        pthread_mutex_init(&g.mu, NULL);
+        pthread_cond_init(&g.cv, NULL);
+        g.gate = 300 + (uint64_t)(k % 8); /* somewhere inside a run of up to 8 */
+        memset(&cfg, 0, sizeof cfg);
+        cfg.load = gated_run_load;
+        cfg.user = &g;
+        cfg.num_samples = 400;
+        cfg.batch_size = 1;
+        cfg.batch_bytes = 64;
+        cfg.epochs = 1;
+        cfg.num_workers = 1 + (uint32_t)(k % 2);
+        cfg.unordered = k >= 8;
+        cfg.backend = PF_BACKEND_HOST;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        for (;;) {
+            pf_batch b;
+            uint64_t id;
+            pf_result r = pf_next(l, &b);
+            if (r == PF_END_OF_EPOCH) continue;
+            if (r == PF_END_OF_DATA) break;
+            CHECKF(r == PF_OK, "k %d: %s", k, pf_error(l));
+            if (r != PF_OK) break;
+            memcpy(&id, b.data, sizeof id);
+            CHECK_EQ(id, b.batch); /* the batch's own bytes */
+            if (!cfg.unordered) CHECK_EQ(b.batch, next);
+            next = b.batch + 1;
+            got++;
+            if (b.batch == g.gate - 1) {
+                pthread_mutex_lock(&g.mu);
+                g.open = 1;
+                pthread_cond_broadcast(&g.cv);
+                pthread_mutex_unlock(&g.mu);
+            }
+            CHECK_EQ(pf_release(l, &b), PF_OK);
+        }
+        CHECK_EQ(got, 400);
+        CHECKF(!g.timed_out, "k %d: batch %llu waited 10 s for batch %llu, which was loaded and held back",
+               k, (unsigned long long)g.gate, (unsigned long long)g.gate - 1);
+        runs += l->st.runs;
+        pf_destroy(l);
+        pthread_cond_destroy(&g.cv);
+        pthread_mutex_destroy(&g.mu);
+    }
+    CHECKF(runs > 0, "no worker loaded a run: the test proved nothing"); /* loads of 64 bytes: runs, unless every one was preempted */
+}
+
+/* Two threads release the same batch (copies of one pf_batch) at once:
+   pf_release takes no lock, so exactly one of them must win and the other
+   be told; the slot goes back once, and pf_get_stats counts it free. */
+typedef struct release_race {
+    pf_loader *l;
+    pf_batch b;
+    pthread_barrier_t go, done;
+    pf_result r;
+    int quit;
+} release_race;
+
+static void *race_releaser(void *arg) {
+    release_race *rr = (release_race *)arg;
+    for (;;) {
+        pf_batch mine;
+        pthread_barrier_wait(&rr->go);
+        if (rr->quit) return NULL;
+        mine = rr->b;
+        rr->r = pf_release(rr->l, &mine);
+        pthread_barrier_wait(&rr->done);
+    }
+}
+
+static int copy_64(void *user, pf_job *job) {
+    (void)user;
+    memcpy(job->host, &job->indices[0], sizeof job->indices[0]);
+    job->bytes = 64;
+    return 0;
+}
+
+static void test_two_releases_of_one_batch_one_wins(void) {
+    release_race rr;
+    pthread_t t;
+    pf_config cfg;
+    uint64_t got = 0;
+    const uint64_t n = 3000;
+    memset(&rr, 0, sizeof rr);
+    memset(&cfg, 0, sizeof cfg);
+    cfg.load = copy_64;
+    cfg.num_samples = n;
+    cfg.batch_size = 1;
+    cfg.batch_bytes = 64;
+    cfg.epochs = 1;
+    cfg.num_workers = 2;
+    cfg.host_slots = 4;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &rr.l), PF_OK);
+    pthread_barrier_init(&rr.go, NULL, 2);
+    pthread_barrier_init(&rr.done, NULL, 2);
+    CHECK_EQ(pthread_create(&t, NULL, race_releaser, &rr), 0);
+    for (;;) {
+        pf_batch mine;
+        pf_result r = pf_next(rr.l, &rr.b), mr;
+        pf_stats st;
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) {
+            CHECKF(r == PF_END_OF_DATA, "%s", pf_error(rr.l));
+            break;
+        }
+        got++;
+        mine = rr.b;
+        pthread_barrier_wait(&rr.go);
+        mr = pf_release(rr.l, &mine);
+        pthread_barrier_wait(&rr.done);
+        CHECKF((mr == PF_OK) != (rr.r == PF_OK), "batch %llu: the two releases said %d and %d",
+               (unsigned long long)got, (int)mr, (int)rr.r);
+        CHECK(mr == PF_OK || mr == PF_ERR_INVALID_STATE);
+        CHECK(rr.r == PF_OK || rr.r == PF_ERR_INVALID_STATE);
+        if (got % 64 == 0) {
+            pf_get_stats(rr.l, &st);
+            CHECK_EQ(st.held_slots, 0); /* released means free to the stats at once */
+        }
+    }
+    CHECK_EQ(got, n);
+    rr.quit = 1;
+    pthread_barrier_wait(&rr.go);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&rr.go);
+    pthread_barrier_destroy(&rr.done);
+    pf_destroy(rr.l);
+}
+
 static const h_test tests[] = {
     {"autotune_grows_when_starved_and_shrinks", test_autotune_grows_when_starved_and_shrinks_when_compute_bound},
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
@@ -1189,6 +1355,8 @@ static const h_test tests[] = {
     {"two_waiting_consumers_count_once", test_two_waiting_consumers_count_once},
     {"elapsed_runs_to_the_latest_pf_next", test_elapsed_runs_to_the_latest_pf_next},
     {"failed_create_ran_no_callback", test_failed_create_ran_no_callback},
+    {"a_run_never_holds_back_a_loaded_batch", test_a_run_never_holds_back_a_loaded_batch},
+    {"two_releases_of_one_batch_one_wins", test_two_releases_of_one_batch_one_wins},
 };
 
 int main(int argc, char **argv) {
