@@ -2144,13 +2144,21 @@ static void pf__publish(pf_loader *l, pf__slot *s) {
     if (l->cfg.unordered || s->seq == l->take.taken) pf__wake_takers(l);
 }
 
+static bool pf__shrink_due(const pf_loader *l); /* >>autotune */
+
 /* Back to the free stack: a failed batch the taker dropped, a batch the
    consumer released (host), a copy the retirer saw end (CUDA). */
 static void pf__slot_free(pf_loader *l, pf__slot *s) {
     pf__move(&s->state, PF__FROM(PF__SLOT_READY) | PF__FROM(PF__SLOT_HELD) | PF__FROM(PF__SLOT_COPYING),
              PF__SLOT_FREE);
     PF__STORE_RELAXED(&s->ticket, 0);
-    if (l->ring.retire_from && s->index >= l->ring.retire_from) return; /* going back (pf__shrink) */
+    if (l->ring.retire_from && s->index >= l->ring.retire_from) { /* going back (pf__shrink) */
+        /* the block's last busy slot: a worker gives it back now, even if
+           every worker sleeps for want of a slot (the caller may hold all
+           the others, and wait in pf_next for the ring to grow again) */
+        if (pf__shrink_due(l)) pf__wake_all_workers(l);
+        return;
+    }
     l->ring.free_stack[l->ring.nfree++] = s->index;
     pf__wake_workers(l, false);
 }
@@ -2358,6 +2366,7 @@ static void pf__shrink(pf_loader *l) {
     pf__lock(&l->sync.mu);
     l->ring.growing = false;
     pf__shrink_next(l);
+    pf__wake_takers(l); /* a caller holding every slot left grows the ring (pf__take_host) */
 }
 
 /* The ring should hold `slots` (at most nslots): grow it (pf__grow). */

@@ -1331,6 +1331,60 @@ static void test_two_releases_of_one_batch_one_wins(void) {
     pf_destroy(rr.l);
 }
 
+/* Found from the outside: autotune on, the caller keeps the last 3
+   batches, loads cheap, then 5 ms, then cheap. A trial fails, its block
+   is retired, and its last busy slot is freed by a release while the
+   caller holds every other slot: the workers slept for a slot, pf_next
+   for a batch, and nobody gave the block back or grew the ring. Bounded
+   by cfg.timeout_ms: a hang is a PF_TIMEOUT here. */
+static int cheap_dear_cheap(void *user, pf_job *job) {
+    (void)user;
+    if (job->batch >= 76 && job->batch < 106) {
+        struct timespec d = {0, 5000000};
+        nanosleep(&d, NULL);
+    }
+    memset(job->host, (int)(job->batch & 0xff), 64);
+    job->bytes = 64;
+    return 0;
+}
+
+static void test_autotune_shrink_while_the_caller_holds_three(void) {
+    for (int run = 0; run < 3; run++) {
+        pf_config cfg;
+        pf_loader *l;
+        pf_batch held[3], b;
+        int nheld = 0;
+        uint64_t got = 0;
+        pf_result r;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.load = cheap_dear_cheap;
+        cfg.num_samples = 228 * 16;
+        cfg.batch_size = 16;
+        cfg.batch_bytes = 1 << 20;
+        cfg.epochs = 1;
+        cfg.num_workers = 4;
+        cfg.autotune = true;
+        cfg.timeout_ms = 10000;
+        cfg.backend = PF_BACKEND_HOST;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        while ((r = pf_next(l, &b)) == PF_OK) {
+            CHECK_EQ(b.batch, got);
+            got++;
+            if (nheld == 3) {
+                CHECK_EQ(pf_release(l, &held[0]), PF_OK);
+                held[0] = held[1];
+                held[1] = held[2];
+                nheld--;
+            }
+            held[nheld++] = b;
+        }
+        CHECKF(r == PF_END_OF_EPOCH, "run %d, after %llu batches: %s", run, (unsigned long long)got, pf_error(l));
+        CHECK_EQ(got, 228);
+        while (nheld) CHECK_EQ(pf_release(l, &held[--nheld]), PF_OK);
+        pf_destroy(l);
+    }
+}
+
 static const h_test tests[] = {
     {"autotune_grows_when_starved_and_shrinks", test_autotune_grows_when_starved_and_shrinks_when_compute_bound},
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
@@ -1357,6 +1411,7 @@ static const h_test tests[] = {
     {"failed_create_ran_no_callback", test_failed_create_ran_no_callback},
     {"a_run_never_holds_back_a_loaded_batch", test_a_run_never_holds_back_a_loaded_batch},
     {"two_releases_of_one_batch_one_wins", test_two_releases_of_one_batch_one_wins},
+    {"autotune_shrink_while_the_caller_holds_three", test_autotune_shrink_while_the_caller_holds_three},
 };
 
 int main(int argc, char **argv) {
