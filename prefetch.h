@@ -333,7 +333,9 @@ typedef struct pf_job {
     const uint64_t *indices;   /* count sample indices, in batch order          */
     uint32_t count;            /* samples in this batch (the last may be short) */
     uint32_t worker;           /* 0 .. num_workers-1; num_workers when pf_next
-                                  loads the batch itself (autotune, below)     */
+                                  loads the batch itself (autotune, below): on
+                                  the caller's thread, so such a load must not
+                                  wait for the caller's next steps             */
     void *host;                /* the slot: capacity bytes (pinned on CUDA)     */
     size_t capacity;           /* = cfg.batch_bytes                             */
     size_t bytes;              /* load sets the bytes it wrote; default capacity */
@@ -2752,6 +2754,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
     uint64_t now, starts[PF__RUN_MAX], ends[PF__RUN_MAX], seqs[PF__RUN_MAX];
     pf__slot *run[PF__RUN_MAX];
     uint32_t nrun, k;
+    int prev; /* the result of the run's last load */
     if (l->ops->bind_thread) l->ops->bind_thread(l); /* a load that calls CUDA uses the loader's GPU */
     if (!pf__worker_gate(l)) PF__THREAD_RETURN;
     if (l->cfg.on_worker_start) l->cfg.on_worker_start(l->cfg.user, w->id);
@@ -2809,17 +2812,16 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         for (k = 0; k < nrun; k++) seqs[k] = run[k]->seq;
         l->st.runs += nrun > 1;
         pf__unlock_wake(l);
-        for (k = 0; k < nrun; k++) {
+        for (k = 0, prev = PF_OK; k < nrun; k++) {
             s = run[k];
             starts[k] = now;
-            if (k && (run[k - 1]->result != PF_OK || PF__LOAD_FLAG(&l->sync.stopping))) {
+            if (prev != PF_OK || (k && PF__LOAD_FLAG(&l->sync.stopping))) {
                 /* a failed batch stops the loading (pf__publish), a stop
                    stops it too: the rest of the run is not loaded */
                 pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: %s",
                            (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch,
-                           run[k - 1]->result != PF_OK ? "the batch before it in this worker's run failed"
-                                                       : "the loader stopped");
-                s->result = run[k - 1]->result != PF_OK ? run[k - 1]->result : PF_ERR_LOAD;
+                           prev != PF_OK ? "the batch before it in this worker's run failed" : "the loader stopped");
+                s->result = prev != PF_OK ? prev : PF_ERR_LOAD;
                 s->call_ns = 0;
                 ends[k] = now;
                 continue;
@@ -2827,7 +2829,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             now = pf__worker_load(l, w, s, k ? now : 0, 0);
             ends[k] = now;
             w->est_ns = w->est_ns ? w->est_ns - w->est_ns / 4 + s->call_ns / 4 : s->call_ns + 1;
-            if (k + 1 < nrun) pf__mark_early(l, s, starts[k], now); /* the taker may publish it */
+            prev = s->result; /* read now: once marked, the taker may publish it, and the slot go round again */
+            if (k + 1 < nrun) pf__mark_early(l, s, starts[k], now);
         }
         pf__lock(&l->sync.mu);
         for (k = 0; k < nrun; k++) {

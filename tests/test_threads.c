@@ -1385,6 +1385,71 @@ static void test_autotune_shrink_while_the_caller_holds_three(void) {
     }
 }
 
+/* Found from the outside: a worker read the result of its run's previous
+   batch after the consumer could have published it, taken it, released
+   it and another worker claimed the slot again; when that worker's load
+   failed, the first one took it for its own run's failure, and pf_next
+   stopped before batches that had loaded fine (TSan: a race between
+   pf__claim and pf__worker_main). Worker 1's first load past batch 200
+   into the slot worker 0 loaded last fails: pf_next must deliver every
+   batch before it, then the error. */
+typedef struct slot_fail {
+    pthread_mutex_t mu;
+    void *last0;
+    uint64_t failed;
+} slot_fail;
+
+static int fail_in_a_reused_slot(void *user, pf_job *job) {
+    slot_fail *f = (slot_fail *)user;
+    int fail = 0;
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = 8;
+    pthread_mutex_lock(&f->mu);
+    if (job->worker == 0) f->last0 = job->host;
+    if (job->worker == 1 && job->batch >= 200 && job->host == f->last0 &&
+        (f->failed == UINT64_MAX || f->failed == job->batch)) {
+        f->failed = job->batch;
+        fail = 1;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return fail ? pf_job_fail(job, "injected failure of batch %llu", (unsigned long long)job->batch) : 0;
+}
+
+static void test_a_failure_in_a_reused_slot_is_its_own(void) {
+    for (int it = 0; it < 300; it++) {
+        slot_fail f;
+        pf_config cfg;
+        pf_loader *l;
+        pf_batch b;
+        pf_result r;
+        uint64_t got = 0;
+        pthread_mutex_init(&f.mu, NULL);
+        f.last0 = NULL;
+        f.failed = UINT64_MAX;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.load = fail_in_a_reused_slot;
+        cfg.user = &f;
+        cfg.num_samples = 100000;
+        cfg.batch_size = 1;
+        cfg.batch_bytes = 64;
+        cfg.epochs = 1;
+        cfg.num_workers = 2;
+        cfg.backend = PF_BACKEND_HOST;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        while ((r = pf_next(l, &b)) == PF_OK) {
+            CHECK_EQ(b.batch, got);
+            got++;
+            CHECK_EQ(pf_release(l, &b), PF_OK);
+        }
+        pthread_mutex_lock(&f.mu);
+        CHECKF(r == PF_ERR_LOAD && got == f.failed, "iteration %d: batch %llu failed, pf_next delivered %llu and said %d: %s",
+               it, (unsigned long long)f.failed, (unsigned long long)got, (int)r, pf_error(l));
+        pthread_mutex_unlock(&f.mu);
+        pf_destroy(l);
+        pthread_mutex_destroy(&f.mu);
+    }
+}
+
 static const h_test tests[] = {
     {"autotune_grows_when_starved_and_shrinks", test_autotune_grows_when_starved_and_shrinks_when_compute_bound},
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
@@ -1412,6 +1477,7 @@ static const h_test tests[] = {
     {"a_run_never_holds_back_a_loaded_batch", test_a_run_never_holds_back_a_loaded_batch},
     {"two_releases_of_one_batch_one_wins", test_two_releases_of_one_batch_one_wins},
     {"autotune_shrink_while_the_caller_holds_three", test_autotune_shrink_while_the_caller_holds_three},
+    {"a_failure_in_a_reused_slot_is_its_own", test_a_failure_in_a_reused_slot_is_its_own},
 };
 
 int main(int argc, char **argv) {
