@@ -1167,6 +1167,21 @@ static void test_autotune_destroy_while_resizing_and_parked(void) {
 
 /* ---- the handoff: runs of cheap batches, pf_release without the lock ---- */
 
+/* One epoch of n single-sample batches on the host backend. */
+static pf_config host_config(pf_load_fn load, void *user, uint64_t n, size_t batch_bytes, uint32_t workers) {
+    pf_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.load = load;
+    cfg.user = user;
+    cfg.num_samples = n;
+    cfg.batch_size = 1;
+    cfg.batch_bytes = batch_bytes;
+    cfg.epochs = 1;
+    cfg.num_workers = workers;
+    cfg.backend = PF_BACKEND_HOST;
+    return cfg;
+}
+
 /* Cheap loads (a worker claims them in runs and publishes a run at its
    end), except batch `gate`, whose load waits (at most 10 s) until the
    consumer has received batch gate - 1. If a run held gate - 1 back
@@ -1206,16 +1221,8 @@ static void test_a_run_never_holds_back_a_loaded_batch(void) {
         pthread_mutex_init(&g.mu, NULL);
         pthread_cond_init(&g.cv, NULL);
         g.gate = 300 + (uint64_t)(k % 8); /* somewhere inside a run of up to 8 */
-        memset(&cfg, 0, sizeof cfg);
-        cfg.load = gated_run_load;
-        cfg.user = &g;
-        cfg.num_samples = 400;
-        cfg.batch_size = 1;
-        cfg.batch_bytes = 64;
-        cfg.epochs = 1;
-        cfg.num_workers = 1 + (uint32_t)(k % 2);
+        cfg = host_config(gated_run_load, &g, 400, 64, 1 + (uint32_t)(k % 2));
         cfg.unordered = k >= 8;
-        cfg.backend = PF_BACKEND_HOST;
         CHECK_EQ(pf_create(&cfg, &l), PF_OK);
         for (;;) {
             pf_batch b;
@@ -1286,15 +1293,8 @@ static void test_two_releases_of_one_batch_one_wins(void) {
     uint64_t got = 0;
     const uint64_t n = 3000;
     memset(&rr, 0, sizeof rr);
-    memset(&cfg, 0, sizeof cfg);
-    cfg.load = copy_64;
-    cfg.num_samples = n;
-    cfg.batch_size = 1;
-    cfg.batch_bytes = 64;
-    cfg.epochs = 1;
-    cfg.num_workers = 2;
+    cfg = host_config(copy_64, NULL, n, 64, 2);
     cfg.host_slots = 4;
-    cfg.backend = PF_BACKEND_HOST;
     CHECK_EQ(pf_create(&cfg, &rr.l), PF_OK);
     pthread_barrier_init(&rr.go, NULL, 2);
     pthread_barrier_init(&rr.done, NULL, 2);
@@ -1356,16 +1356,10 @@ static void test_autotune_shrink_while_the_caller_holds_three(void) {
         int nheld = 0;
         uint64_t got = 0;
         pf_result r;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.load = cheap_dear_cheap;
-        cfg.num_samples = 228 * 16;
+        cfg = host_config(cheap_dear_cheap, NULL, 228 * 16, 1 << 20, 4);
         cfg.batch_size = 16;
-        cfg.batch_bytes = 1 << 20;
-        cfg.epochs = 1;
-        cfg.num_workers = 4;
         cfg.autotune = true;
         cfg.timeout_ms = 10000;
-        cfg.backend = PF_BACKEND_HOST;
         CHECK_EQ(pf_create(&cfg, &l), PF_OK);
         while ((r = pf_next(l, &b)) == PF_OK) {
             CHECK_EQ(b.batch, got);
@@ -1426,15 +1420,7 @@ static void test_a_failure_in_a_reused_slot_is_its_own(void) {
         pthread_mutex_init(&f.mu, NULL);
         f.last0 = NULL;
         f.failed = UINT64_MAX;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.load = fail_in_a_reused_slot;
-        cfg.user = &f;
-        cfg.num_samples = 100000;
-        cfg.batch_size = 1;
-        cfg.batch_bytes = 64;
-        cfg.epochs = 1;
-        cfg.num_workers = 2;
-        cfg.backend = PF_BACKEND_HOST;
+        cfg = host_config(fail_in_a_reused_slot, &f, 100000, 64, 2);
         CHECK_EQ(pf_create(&cfg, &l), PF_OK);
         while ((r = pf_next(l, &b)) == PF_OK) {
             CHECK_EQ(b.batch, got);
