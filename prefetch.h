@@ -1464,6 +1464,7 @@ typedef struct pf__tuner {
     bool help_trial;       /* help is on trial                                */
     uint32_t help_quiet;   /* periods in a row that could not judge the trial */
     bool park_trial;       /* with help: no workers at all, on trial           */
+    bool park_quiet;       /* ...after a help trial the workers kept up with */
     bool park_failed;      /* that was not faster (until help ends)           */
     uint32_t inline_wait, inline_backoff; /* periods before the next trial; its doubling */
     bool inline_busy;      /* a pf_next is loading through the extra record:
@@ -2499,7 +2500,7 @@ static void pf__autotune(pf_loader *l) {
     /* a period in which the consumer hardly waited (a pause in the loop,
        an evaluation) judges no trial of pf_next loading: it stays on
        trial (a trial of help, four such periods at most) */
-    if (l->at.park_trial && waited <= 0.01) return;
+    if (l->at.park_trial && !l->at.park_quiet && waited <= 0.01) return; /* park_quiet: the consumer did not wait before either */
     if (l->at.help_trial && waited <= 0.01) {
         /* pf_next found every batch ready: nothing to judge. Four such
            periods in a row (the workers keep the ring full, or a long
@@ -2508,7 +2509,21 @@ static void pf__autotune(pf_loader *l) {
            waits); else a full ring kept it on trial for good, with every
            worker running */
         if (++l->at.help_quiet < 4) return;
-        l->at.help = l->at.help_trial = false;
+        l->at.help_trial = false;
+        if (l->at.active && !l->at.park_failed && 2 * call_pb < step_pb) {
+            /* the consumer never waited, yet a load costs under half
+               of what it spends on a batch, handoffs included: pf_next
+               loading every batch, with no handoff, may be faster (with
+               runs of cheap batches, pf_next finds one ready, or
+               publishes a loaded one itself, nearly every time, so
+               help alone had nothing to do) */
+            l->at.thr_before = thr;
+            l->at.before = l->at.active;
+            l->at.park_trial = l->at.park_quiet = true;
+            pf__set_active(l, 0, "the workers keep up, loads are cheap: pf_next loads every batch", waited, thr);
+            return;
+        }
+        l->at.help = false;
         l->at.inline_wait = 8; /* not straight back: a consumer on the edge flaps */
         pf__set_active(l, l->at.active, "the workers keep up: pf_next stops loading", waited, thr);
         return;
@@ -2537,8 +2552,13 @@ static void pf__autotune(pf_loader *l) {
             l->at.park_trial = false;
             if (thr < l->at.thr_before * 1.05) {
                 l->at.park_failed = true;
+                if (l->at.park_quiet) { /* the workers kept up: help ends, as it would have */
+                    l->at.help = false;
+                    l->at.inline_wait = 8;
+                }
                 pf__set_active(l, l->at.before, "pf_next alone was not faster", waited, thr);
             }
+            l->at.park_quiet = false;
             return;
         }
         if (call_pb > 2 * l->at.inline_load || call_pb >= PF__INLINE_MAX_S) { /* back to the workers alone */
