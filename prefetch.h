@@ -1727,9 +1727,10 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
 /* The waiting protocol, in one place. Every thread waits in a role: worker
    (a free slot and a job), consumer (pf_next, pf_batch_wait), stager and
    retirer (CUDA). The rules:
-   1. All shared state lives under l->sync.mu (one exception: the host
-      backend's released stack, whose handshake with a worker about to
-      sleep is at pf__release_host). A waiter checks its condition and,
+   1. All shared state lives under l->sync.mu (two exceptions, each with
+      its handshake beside it: the host backend's released stack,
+      pf__release_host, and a run's early marks, pf__adopt_early). A
+      waiter checks its condition and,
       if it must wait, counts itself in waiting[role] and waits on cv[role]
       in the same critical section: while (!cond) pf__wait(l, role, ...).
    2. Whoever changes state that can make a role's condition true does so
@@ -2736,11 +2737,17 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
    consumer takes for every batch) is taken once per run, not once per
    batch. Measured on this project's 2-core VM, a contended lock costs
    0.3-0.5 us there, more than a 4 KiB load. A run takes at most its share
-   of the free slots (the other active workers need theirs), and never
-   holds a batch back long: at most PF__RUN_LOAD_NS * PF__RUN_MAX (16 us)
-   of loads. Lock held. */
+   of the free slots (the other active workers need theirs), and no batch
+   waits behind a slower load of its run: each is marked as soon as it is
+   loaded (pf__mark_early). Lock held. */
 #define PF__RUN_MAX 8u
 #define PF__RUN_LOAD_NS 2000u
+static uint32_t pf__run_len(const pf_loader *l, const pf__worker *w) {
+    uint32_t share, active = l->at.active ? l->at.active : 1;
+    if (!PF__SPIN_OK || !w->est_ns || w->est_ns >= PF__RUN_LOAD_NS) return 1; /* no atomics: no pf__mark_early */
+    share = (l->ring.nfree + 1) / active; /* + 1: the slot just claimed */
+    return share < 1 ? 1 : share > PF__RUN_MAX ? PF__RUN_MAX : share;
+}
 
 /* Slot s of a run is loaded (lock not held): mark it for the taker
    (pf__adopt_early), and if a taker sleeps, publish it now. */
@@ -2756,14 +2763,8 @@ static void pf__mark_early(pf_loader *l, pf__slot *s, uint64_t start, uint64_t e
         pf__unlock_wake(l);
     }
 #else
-    (void)l, (void)s, (void)start, (void)end; /* no atomics: runs publish when they end */
+    (void)l, (void)s, (void)start, (void)end; /* never called: runs need atomics (pf__run_len) */
 #endif
-}
-static uint32_t pf__run_len(const pf_loader *l, const pf__worker *w) {
-    uint32_t share, active = l->at.active ? l->at.active : 1;
-    if (!PF__SPIN_OK || !w->est_ns || w->est_ns >= PF__RUN_LOAD_NS) return 1; /* no atomics: no pf__mark_early */
-    share = (l->ring.nfree + 1) / active; /* + 1: the slot just claimed */
-    return share < 1 ? 1 : share > PF__RUN_MAX ? PF__RUN_MAX : share;
 }
 
 /* A worker: claim, load, publish, until the claims are done; parked while
