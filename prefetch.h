@@ -1834,18 +1834,29 @@ static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
     return r;
 }
 
-/* The taker waits for a batch (rule 1), unless a run's batch was loaded
-   since it looked (pf__adopt_early's handshake): 0 then, look again. */
-static int pf__taker_wait(pf_loader *l, int role, const struct timespec *deadline) {
+/* pf__wait, the sleeper's side of a lock-free handshake (rule 1's two
+   exceptions): counted in *sleepers first, then it waits only if *news
+   is still 0; else 0 at once, look again. The other side sets *news and
+   then looks at *sleepers (pf__release_host: released / slot_sleepers;
+   pf__mark_early: early / taker_sleepers). */
+static int pf__wait_unless(pf_loader *l, int role, const struct timespec *deadline, uint32_t *sleepers,
+                           const uint32_t *news) {
     int r = 0;
 #if PF__SPIN_OK
-    PF__ADD_SC(&l->ring.taker_sleepers, 1u);
-    if (!PF__LOAD_SC(&l->ring.early)) r = pf__wait(l, role, deadline);
-    PF__ADD_SC(&l->ring.taker_sleepers, (uint32_t)-1);
+    PF__ADD_SC(sleepers, 1u);
+    if (!PF__LOAD_SC(news)) r = pf__wait(l, role, deadline);
+    PF__ADD_SC(sleepers, (uint32_t)-1);
 #else
+    (void)sleepers, (void)news; /* nothing is set without the lock here */
     r = pf__wait(l, role, deadline);
 #endif
     return r;
+}
+
+/* The taker waits for a batch, unless a run's batch was loaded since it
+   looked (pf__adopt_early). */
+static int pf__taker_wait(pf_loader *l, int role, const struct timespec *deadline) {
+    return pf__wait_unless(l, role, deadline, &l->ring.taker_sleepers, &l->ring.early);
 }
 
 /* Threads spinning in pf__spin, all loaders of the process together. */
@@ -2194,8 +2205,8 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end); /* >>worker */
    to do). The handshake with a taker about to sleep is the one of
    pf__release_host: the worker marks, counts the batch in ring.early, and
    then looks at ring.taker_sleepers; the taker counts itself there and
-   then looks at ring.early (pf__taker_wait); both sequentially
-   consistent, so one of them sees the other. */
+   then looks at ring.early (pf__taker_wait, pf__wait_unless); both
+   sequentially consistent, so one of them sees the other. */
 static void pf__adopt_early(pf_loader *l) {
 #if PF__SPIN_OK
     uint32_t i;
@@ -2814,12 +2825,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
                a wake that many loads share, while its spin would take a CPU
                from the consumer on a busy machine */
             if (claim == PF__CLAIM_NO_SLOT) { /* pf_release's handshake (pf__release_host) */
-                bool spun = l->ring.wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER, &l->ring.released);
-                if (!spun) {
-                    PF__ADD_SC(&l->ring.slot_sleepers, 1u);
-                    if (!PF__LOAD_SC(&l->ring.released)) pf__wait(l, PF__ROLE_WORKER, NULL);
-                    PF__ADD_SC(&l->ring.slot_sleepers, (uint32_t)-1);
-                }
+                if (!(l->ring.wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER, &l->ring.released)))
+                    pf__wait_unless(l, PF__ROLE_WORKER, NULL, &l->ring.slot_sleepers, &l->ring.released);
             } else if (!(l->ring.wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER, NULL))) {
                 pf__wait(l, PF__ROLE_WORKER, NULL);
             }
@@ -3236,8 +3243,9 @@ static pf_result pf__next_host(pf_loader *l, pf_batch *out) {
    and owes the wake (pf__wake_workers). Both sides use sequentially
    consistent operations, so at least one sees the other: the worker
    finds the slot, or the releaser finds the sleeper (which, counted
-   before its last look, sleeps only in pf__wait, so the releaser's lock
-   waits for the wait to begin, as rule 1 of >>waiting has it). A worker
+   before its last look, sleeps only in pf__wait_unless, so the
+   releaser's lock waits for the wait to begin, as rule 1 of >>waiting
+   has it). A worker
    spinning for a slot watches the stack too (pf__spin). Errors take the
    lock, as they always did. */
 static pf_result pf__release_host(pf_loader *l, pf_batch *b) {
