@@ -1172,16 +1172,12 @@ static void test_autotune_destroy_while_resizing_and_parked(void) {
 
 /* ---- the handoff: runs of cheap batches, pf_release without the lock ---- */
 
-/* One epoch of n single-sample batches on the host backend. */
+/* t_config_base's one epoch of n single-sample batches, on the host
+   backend in every build (the handshakes below are the host's). */
 static pf_config host_config(pf_load_fn load, void *user, uint64_t n, size_t batch_bytes, uint32_t workers) {
-    pf_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    pf_config cfg = t_config_base(n, 1, batch_bytes, 1);
     cfg.load = load;
     cfg.user = user;
-    cfg.num_samples = n;
-    cfg.batch_size = 1;
-    cfg.batch_bytes = batch_bytes;
-    cfg.epochs = 1;
     cfg.num_workers = workers;
     cfg.backend = PF_BACKEND_HOST;
     return cfg;
