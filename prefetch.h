@@ -173,8 +173,9 @@
                (>>resume).
        error   the pipeline's first failure (>>errors).
        pool    the worker threads; a worker's job fields are its own. The
-               extra record pool.w[num_workers] is pf_next's own (autotune's
-               help): one caller at a time loads through it (at.inline_busy).
+               extra record pool.w[num_workers] is pf_next's own
+               (pf__load_inline): one caller at a time loads through it
+               (at.inline_busy).
        at      autotune (>>autotune), changed only inside pf_next.
        st      the stats.
        cu      the CUDA backend (>>backend cuda): handles fixed in
@@ -333,9 +334,9 @@ typedef struct pf_job {
     const uint64_t *indices;   /* count sample indices, in batch order          */
     uint32_t count;            /* samples in this batch (the last may be short) */
     uint32_t worker;           /* 0 .. num_workers-1; num_workers when pf_next
-                                  loads the batch itself (autotune, below): on
-                                  the caller's thread, so such a load must not
-                                  wait for the caller's next steps             */
+                                  loads the batch itself (cfg.workers_only):
+                                  on the caller's thread, so such a load must
+                                  not wait for the caller's next steps        */
     void *host;                /* the slot: capacity bytes (pinned on CUDA)     */
     size_t capacity;           /* = cfg.batch_bytes                             */
     size_t bytes;              /* load sets the bytes it wrote; default capacity */
@@ -416,6 +417,15 @@ typedef struct pf_config {
                                   costs less than handing a batch over,
                                   pf_next also loads, on your thread, when
                                   the next batch is not ready (next_loads) */
+    bool workers_only;         /* [false] loads run on worker threads only.
+                                  Else, on the host backend, when the next
+                                  batch is not ready and loads are cheap
+                                  (under 50 us), pf_next loads one itself, on
+                                  your thread, instead of sleeping (next_loads);
+                                  never with your own per-thread hooks
+                                  (worker_init/stop, on_worker_start) or
+                                  timeout_ms. Such a load must not wait for
+                                  your next steps                              */
     bool poison;               /* [false] debug: the host backend fills each slot
                                   past job->bytes with 0xA5 before pf_next
                                   returns it, so a loop that reads past what
@@ -1055,16 +1065,20 @@ static uint64_t pf__now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static struct timespec pf__deadline(uint32_t ms) {
+static struct timespec pf__deadline_ns(uint64_t ns) {
     struct timespec ts;
     timespec_get(&ts, TIME_UTC);
-    ts.tv_sec += (time_t)(ms / 1000u);
-    ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec += (long)(ns % 1000000000u);
     if (ts.tv_nsec >= 1000000000L) {
         ts.tv_sec += 1;
         ts.tv_nsec -= 1000000000L;
     }
     return ts;
+}
+static struct timespec pf__deadline(uint32_t ms) { return pf__deadline_ns((uint64_t)ms * 1000000u); }
+static bool pf__before(const struct timespec *a, const struct timespec *b) {
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
 static double pf__sec(uint64_t ns) { return (double)ns * 1e-9; }
@@ -1338,6 +1352,8 @@ typedef struct pf__sync {
     pf__mutex mu;
     pf__cond cv[PF__ROLES];
     uint32_t waiting[PF__ROLES];
+    uint32_t woken[PF__ROLES]; /* of those, sent a wake and not yet back from
+                                  their wait: runnable, for pf__cpu_free     */
     unsigned wake;   /* wakes owed once the lock drops                     */
     bool mu_ok;
     uint32_t cv_ok;  /* how many of cv[] were initialised                  */
@@ -1376,7 +1392,15 @@ typedef struct pf__ring {
     uint32_t *order;             /* in order: order[seq % nslots] = slot + 1 */
     uint32_t *ready_fifo, ready_head, ready_count; /* unordered */
     uint32_t nready;             /* slots READY */
-    uint32_t wake_batch;         /* free slots that wake waiting workers */
+    uint32_t nloading;           /* slots LOADING: loads that will still publish */
+    uint32_t wake_batch;         /* free slots that wake waiting workers; ready
+                                    batches that wake a sleeping host consumer */
+    uint64_t taker_slept;        /* when the host consumer last began to sleep */
+    uint64_t load_est;           /* a load's time (call_ns), smoothed: pf__may_help */
+    uint32_t timed_sleepers;     /* host consumers in a sleep of at most PF__TAKER_HOLD_NS */
+    bool taker_held;             /* a ready batch did not wake it (pf__wake_taker_ready) */
+    bool hold_expired;           /* such a sleep ended with nothing ready: the next
+                                    is untimed, until a batch is delivered */
     /* host backend: slots pf_release handed back without the lock, a stack
        (slot + 1, linked by next_released) taken under it; and the workers
        about to sleep or asleep for want of a free slot (>>backend host) */
@@ -1723,6 +1747,16 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
 #undef PF__BAD
 }
 
+static bool pf__rd_hooks_any_thread(const pf_config *c); /* >>readers */
+
+/* May a load run on pf_next's thread? Not with the caller's own per-thread
+   hooks: their state belongs to worker threads. A reader's own (its read
+   buffer) may be made on any thread. */
+static bool pf__hooks_any_thread(const pf_config *c) {
+    if (c->on_worker_start) return false;
+    return (!c->worker_init && !c->worker_stop) || pf__rd_hooks_any_thread(c);
+}
+
 /* >>waiting --------------------------------------------------------------- */
 /* The waiting protocol, in one place. Every thread waits in a role: worker
    (a free slot and a job), consumer (pf_next, pf_batch_wait), stager and
@@ -1738,7 +1772,10 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
       pf__wake_workers), which owes that role a wake if any thread of it is
       counted as waiting.
    3. Owed wakes are sent right after the lock drops (pf__unlock_wake), or
-      before a thread that owes them blocks (pf__wait flushes first).
+      before a thread that owes them blocks (pf__wait flushes first). One
+      wake may be owed later by design: a host consumer's, held until more
+      batches are ready (pf__wake_taker_ready), only while its sleep is a
+      timed one of at most PF__TAKER_HOLD_NS; held, never lost.
    Why no wake-up is lost: a waiter is counted before cnd_wait releases the
    lock atomically, so a state change made after that happens under the
    lock, sees the count and owes a wake, and the wake is sent after the
@@ -1794,7 +1831,9 @@ static void pf__give_pulses(pf_loader *l) {
 
 static void pf__wake(pf_loader *l, int role) {
     pf__pulse(l, role);
-    if (l->sync.waiting[role]) l->sync.wake |= 1u << role;
+    if (!l->sync.waiting[role]) return;
+    l->sync.wake |= 1u << role;
+    l->sync.woken[role] = l->sync.waiting[role]; /* a broadcast, or the role's one thread */
 }
 
 static void pf__send_wakes(pf_loader *l, unsigned w) {
@@ -1831,6 +1870,7 @@ static int pf__wait(pf_loader *l, int role, const struct timespec *deadline) {
     else
         pf__cond_wait(&l->sync.cv[role], &l->sync.mu);
     l->sync.waiting[role]--;
+    if (l->sync.woken[role]) l->sync.woken[role]--;
     return r;
 }
 
@@ -1924,11 +1964,16 @@ static uint32_t pf__cpu_count(void) {
 
 /* May a thread spin now? Only while the loader runs and a CPU is free
    for it: this loader's threads that are not blocked fit on the online
-   CPUs. Lock held. */
+   CPUs. A thread sent a wake counts as running: on the 2-core VM a
+   consumer that spun right after its pf_release woke a worker short of
+   a slot took that worker's CPU, the worker waited a time slice to run,
+   the other worker filled the ring meanwhile and slept too, and 2
+   workers loaded 16 KiB batches no faster than 1. Lock held. */
 static bool pf__cpu_free(const pf_loader *l) {
-    uint32_t blocked = l->sync.waiting[PF__ROLE_WORKER] + l->sync.waiting[PF__ROLE_CONSUMER] + l->sync.waiting[PF__ROLE_STAGER] +
-                       l->sync.waiting[PF__ROLE_RETIRER];
-    uint32_t threads = l->at.active + 1u + l->ops->helpers; /* workers, a consumer, helpers */
+    uint32_t threads = l->at.active + 1u + l->ops->helpers, blocked = 0; /* workers, a consumer, helpers */
+    int r;
+    for (r = PF__ROLE_WORKER; r <= PF__ROLE_RETIRER; r++) /* woken: about to run, not blocked */
+        blocked += l->sync.waiting[r] > l->sync.woken[r] ? l->sync.waiting[r] - l->sync.woken[r] : 0;
     return !l->sync.stopping && threads <= blocked + l->sync.ncpu;
 }
 
@@ -1985,11 +2030,48 @@ static bool pf__spin(pf_loader *l, int role, const uint32_t *also) {
    stop): wake them all. */
 static void pf__wake_all_workers(pf_loader *l) {
     pf__pulse(l, PF__ROLE_WORKER);
-    if (l->sync.waiting[PF__ROLE_WORKER]) l->sync.wake |= PF__WAKE_WORKERS;
+    if (!l->sync.waiting[PF__ROLE_WORKER]) return;
+    l->sync.wake |= PF__WAKE_WORKERS;
+    l->sync.woken[PF__ROLE_WORKER] = l->sync.waiting[PF__ROLE_WORKER];
 }
 
 /* A loaded batch (or an end, or an error) may unblock the taker. */
-static void pf__wake_takers(pf_loader *l) { pf__wake(l, l->ops->taker); }
+static void pf__wake_takers(pf_loader *l) {
+    l->ring.taker_held = false;
+    pf__wake(l, l->ops->taker);
+}
+
+/* The taker's next batch is ready (lock held). A host consumer asleep is
+   woken a batch of ready batches at a time (ring.wake_batch), as workers
+   are woken a batch of free slots at a time: each wake is a futex call
+   in the publishing worker and two more in the consumer (its sleep, and
+   the unlock after it: glibc's condition variable hands the mutex back
+   marked contended), and the consumer's sleep and wake took 20-40 us of
+   CPU from the workers on the 2-core VM, where a 256 KiB batch loads in
+   25 (2 workers and 16 slots: 0.64 of plain preads, 0.77 with the
+   consumer woken 4 batches at a time). It is held only while every consumer
+   asleep sleeps at most PF__TAKER_HOLD_NS (pf__taker_sleep: so a held
+   batch is late by no more, whatever the loads after it do, even wait
+   for this consumer), the loading goes on (the publishing worker claims
+   again, with a slot free; a worker that cannot wakes it, see
+   pf__worker_main), the batch just loaded says the rest will come within
+   PF__TAKER_HOLD_NS of the sleep's start (load_ns: its load), and that is
+   not past: a consumer faster than its loads waits as long in all (it
+   waits for the loads either way), in fewer, longer sleeps; one slower
+   than them never sleeps. A spinning consumer is pulsed at once. */
+#define PF__TAKER_HOLD_NS 200000u
+static void pf__wake_taker_ready(pf_loader *l, uint64_t now, uint64_t load_ns) {
+    uint32_t want = l->ring.wake_batch;
+    if (l->ops->taker == PF__ROLE_CONSUMER && l->sync.waiting[PF__ROLE_CONSUMER] &&
+        l->ring.timed_sleepers == l->sync.waiting[PF__ROLE_CONSUMER] && l->ring.nready < want && l->ring.nfree &&
+        !l->claim.done &&
+        now - l->ring.taker_slept + load_ns * (want - l->ring.nready) / (l->ring.nloading + 1) < PF__TAKER_HOLD_NS) {
+        pf__pulse(l, PF__ROLE_CONSUMER);
+        l->ring.taker_held = true;
+        return;
+    }
+    pf__wake_takers(l);
+}
 
 /* Waiting workers are woken in batches, a quarter of the ring at a time,
    unless the ring runs low or the taker is starving: one wakeup then buys
@@ -2009,7 +2091,14 @@ static void pf__wake_workers(pf_loader *l, bool urgent) {
         !l->sync.spinning[taker])
         return;
     pf__pulse(l, PF__ROLE_WORKER); /* spinning workers: the same hysteresis */
-    if (l->sync.waiting[PF__ROLE_WORKER]) l->sync.wake |= l->ring.nfree > 1 ? PF__WAKE_WORKERS : PF__WAKE_WORKER;
+    if (!l->sync.waiting[PF__ROLE_WORKER]) return;
+    if (l->ring.nfree > 1) {
+        l->sync.wake |= PF__WAKE_WORKERS;
+        l->sync.woken[PF__ROLE_WORKER] = l->sync.waiting[PF__ROLE_WORKER];
+    } else {
+        l->sync.wake |= PF__WAKE_WORKER;
+        if (l->sync.woken[PF__ROLE_WORKER] < l->sync.waiting[PF__ROLE_WORKER]) l->sync.woken[PF__ROLE_WORKER]++;
+    }
 }
 
 /* >>claim ----------------------------------------------------------------- */
@@ -2127,6 +2216,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         }
         s = &l->ring.slots[l->ring.free_stack[--l->ring.nfree]];
         pf__move(&s->state, PF__FROM(PF__SLOT_FREE), PF__SLOT_LOADING);
+        l->ring.nloading++;
         s->seq = l->claim.next_seq++;
         s->b.epoch = l->claim.epoch;
         s->b.batch = l->claim.batch++;
@@ -2145,9 +2235,10 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
 /* A slot's way round the ring: published by its worker, taken in order
    (or as finished), freed. */
 /* A worker finished slot s (lock held). */
-static void pf__publish(pf_loader *l, pf__slot *s) {
+static void pf__publish(pf_loader *l, pf__slot *s, uint64_t now) {
     pf__move(&s->state, PF__FROM(PF__SLOT_LOADING), PF__SLOT_READY);
     l->ring.nready++;
+    l->ring.nloading--;
     if (s->result != PF_OK) l->claim.done = true; /* stop loading: nothing after it is delivered in order */
     if (l->cfg.unordered)
         l->ring.ready_fifo[(l->ring.ready_head + l->ring.ready_count++) % l->ring.nslots] = s->index;
@@ -2156,7 +2247,7 @@ static void pf__publish(pf_loader *l, pf__slot *s) {
     /* in order, the taker waits for one batch, the next: a batch behind it
        does not let it go on, and waking it for one costs a context switch
        that a busy machine pays out of the loads */
-    if (l->cfg.unordered || s->seq == l->take.taken) pf__wake_takers(l);
+    if (l->cfg.unordered || l->ring.order[l->take.taken % l->ring.nslots]) pf__wake_taker_ready(l, now, now - s->started_ns);
 }
 
 static bool pf__shrink_due(const pf_loader *l); /* >>autotune */
@@ -2599,8 +2690,7 @@ static void pf__autotune(pf_loader *l) {
        the host backend; not with per-thread setup (worker_init/stop,
        on_worker_start: loads would run where it never ran), nor with
        cfg.timeout_ms (a load inside pf_next is not bounded by it). */
-    if (l->ops->taker == PF__ROLE_CONSUMER && !l->cfg.worker_init && !l->cfg.worker_stop &&
-        !l->cfg.on_worker_start && !l->cfg.timeout_ms && !l->at.probing &&
+    if (l->ops->taker == PF__ROLE_CONSUMER && pf__hooks_any_thread(&l->cfg) && !l->cfg.timeout_ms && !l->at.probing &&
         waited > 0.05 && call_pb < PF__INLINE_MAX_S &&
         !l->at.inline_wait && !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
         l->at.inline_failed = false;
@@ -2739,7 +2829,8 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
 static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
     l->st.load_ns += end - s->started_ns;
     l->st.call_ns += s->call_ns;
-    pf__publish(l, s);
+    l->ring.load_est = l->ring.load_est ? l->ring.load_est - l->ring.load_est / 8 + s->call_ns / 8 : s->call_ns + 1;
+    pf__publish(l, s, end);
 }
 
 /* A worker claims a run of batches at once when its loads are cheap:
@@ -2806,6 +2897,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             now = pf__now_ns();
         }
         claim = pf__claim(l, w, now, &s);
+        if (claim != PF__CLAIM_OK && l->ring.taker_held) pf__wake_takers(l); /* it waited for this worker's next */
         if (claim == PF__CLAIM_DONE) break;
         if (claim == PF__CLAIM_PARKED) { /* until autotune wants this worker again */
             if (w->live) { /* its state goes while it is parked, on its own thread */
@@ -2982,6 +3074,30 @@ static void pf__wait_ends(pf_loader *l, int kind, uint64_t now) {
         l->st.wait_input_ns += dt;
 }
 
+/* The host consumer sleeps for a batch. While loads are quick, a ready
+   batch may hold its wake for more (pf__wake_taker_ready), so the sleep
+   then lasts at most PF__TAKER_HOLD_NS: a held batch is taken by then.
+   One such sleep that ends with nothing held makes the next ones untimed,
+   until a batch is delivered: a stalled loader's consumer sleeps, it does
+   not wake every 200 us. 0 woken (or the hold's time is up), 1 the
+   caller's deadline passed (lock held). */
+static int pf__taker_sleep(pf_loader *l, const struct timespec *deadline) {
+    struct timespec hold;
+    int r;
+    if (l->ring.wake_batch < 2 || l->ring.hold_expired || !l->ring.load_est ||
+        l->ring.load_est * l->ring.wake_batch >= PF__TAKER_HOLD_NS)
+        return pf__taker_wait(l, PF__ROLE_CONSUMER, deadline);
+    hold = pf__deadline_ns(PF__TAKER_HOLD_NS);
+    if (deadline && pf__before(deadline, &hold)) return pf__taker_wait(l, PF__ROLE_CONSUMER, deadline);
+    l->ring.taker_slept = pf__now_ns(); /* the hold counts from here */
+    l->ring.timed_sleepers++;
+    r = pf__taker_wait(l, PF__ROLE_CONSUMER, &hold);
+    l->ring.timed_sleepers--;
+    if (r && !l->ring.taker_held) l->ring.hold_expired = true; /* the loads are slower than they were */
+    l->ring.taker_held = false; /* awake: it looks for itself */
+    return 0;
+}
+
 /* The consumer waits (optional deadline): 0 woken, 1 timed out (lock held). */
 static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     bool taker = l->ops->taker == PF__ROLE_CONSUMER; /* host: it waits for loads, a run's among them */
@@ -2992,7 +3108,7 @@ static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
         timespec_get(&now, TIME_UTC);
         return now.tv_sec > deadline->tv_sec || (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
     }
-    return taker ? pf__taker_wait(l, PF__ROLE_CONSUMER, deadline) : pf__wait(l, PF__ROLE_CONSUMER, deadline);
+    return taker ? pf__taker_sleep(l, deadline) : pf__wait(l, PF__ROLE_CONSUMER, deadline);
 }
 
 static void pf__note_delivery(pf_loader *l, const pf__desc *b) {
@@ -3131,15 +3247,33 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
 
 /* >>backend host ---------------------------------------------------------- */
 /* pf_next hands out the filled host slot itself; pf_release frees it. */
-/* Autotune found a load cheaper than handing a batch over between threads
-   (at.help): when the next batch is not ready, pf_next claims the next
+/* pf_next loads when the next batch is not ready and loads are cheap
+   (cfg.workers_only says never): a sleep and a wake cost more than such a
+   load. On the 2-core VM a system call costs 1 us and a consumer's sleep
+   and wake 20-40 us of CPU, taken from the workers: 2 workers reading
+   256 KiB records from the page cache ran at 0.77 of 2 threads of plain
+   preads with pf_next sleeping, 0.90-0.96 with it loading; 16 KiB token
+   windows at 0.38 and 0.79. Unknown loads (none finished yet) are not
+   cheap. With autotune too; its trial (at.help) goes further, loading
+   whenever it pays, or with no workers at all. */
+#ifndef PF__HELP_MAX_NS /* tests raise it: under a sanitizer no load is cheap */
+#define PF__HELP_MAX_NS ((uint64_t)(PF__INLINE_MAX_S * 1e9))
+#endif
+static bool pf__may_help(const pf_loader *l) {
+    return !l->cfg.workers_only && !l->cfg.timeout_ms && l->ops->taker == PF__ROLE_CONSUMER && l->ring.load_est &&
+           l->ring.load_est < PF__HELP_MAX_NS && pf__hooks_any_thread(&l->cfg);
+}
+
+/* pf_next loads (pf__may_help, or autotune found a load cheaper than
+   handing a batch over between threads, at.help): when the next batch is
+   not ready, pf_next claims the next
    unclaimed batch and loads it itself, through the pool's extra record
    (id num_workers), as a worker would, instead of sleeping until a worker
-   wakes it; the workers load beside it. Never with cfg.worker_init or
-   worker_stop (their state belongs to worker threads). The time counts as
-   waiting for input: the consumer was not stepping. true: a batch was
-   loaded (take again); false: nothing to claim now, wait. Lock held on
-   entry and return, dropped around the load. */
+   wakes it; the workers load beside it. Never with the caller's
+   worker_init or worker_stop (their state belongs to worker threads). The
+   time counts as waiting for input: the consumer was not stepping. true:
+   a batch was loaded (take again); false: nothing to claim now, wait.
+   Lock held on entry and return, dropped around the load. */
 static bool pf__load_inline(pf_loader *l) {
     pf__worker *w = &l->pool.w[l->cfg.num_workers];
     pf__slot *s = NULL;
@@ -3185,6 +3319,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         r = pf__take(l, &s);
         if (r == PF_OK) {
             pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
+            l->ring.hold_expired = false; /* batches come again: pf__taker_sleep may hold */
             PF__STORE_RELAXED(&s->ticket, ++l->cons.ticket);
             l->cons.held++;
             pf__deliver(l, out, &s->b, s->data, s->ticket, s->index);
@@ -3196,7 +3331,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         }
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
         if (r != PF__WAIT) return pf__show_error(l);
-        if ((l->at.help || !l->at.active) && pf__load_inline(l)) continue; /* autotune: pf_next loads */
+        if ((l->at.help || !l->at.active || pf__may_help(l)) && pf__load_inline(l)) continue; /* pf_next loads */
         /* the caller holds every slot with memory, and autotune's ring is
            still below host_slots: it may hold host_slots, so the ring grows
            now, by pf_next itself (a worker may be parked, or busy) */
@@ -4957,6 +5092,8 @@ static void pf__teardown(pf_loader *l) {
     }
     if (l->ops && l->ops->join_helpers) l->ops->join_helpers(l);
     for (i = 0; i < l->pool.started; i++) pf__thread_join(l->pool.w[i].thread);
+    /* pf_next's own record: a reader's state, made where pf_next loaded */
+    if (l->pool.w && l->pool.w[l->cfg.num_workers].owner) pf__worker_down(l, &l->pool.w[l->cfg.num_workers]);
     if (l->ops) l->ops->free_slots(l);
     for (i = 0; i < l->sync.cv_ok; i++) pf__cond_destroy(&l->sync.cv[i]);
     if (l->sync.mu_ok) pf__mutex_destroy(&l->sync.mu);
@@ -5763,6 +5900,14 @@ static void pf__rd_stop(void *user, uint32_t worker, void *state) {
 static void pf__rd_start(void *user, uint32_t worker) {
     pf__rd *rd = (pf__rd *)user;
     rd->user_start(rd->user, worker);
+}
+
+/* The hooks are a reader's and the caller gave it none of its own
+   (pf__hooks_any_thread). */
+static bool pf__rd_hooks_any_thread(const pf_config *c) {
+    const pf__rd *rd = (const pf__rd *)c->user;
+    return c->worker_init == pf__rd_init && c->worker_stop == pf__rd_stop && !rd->user_init && !rd->user_stop &&
+           !rd->user_start;
 }
 
 static void pf__rd_log(const pf__rd *rd, int level, const char *fmt, ...) PF__PRINTF(3, 4);
@@ -6966,6 +7111,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
     return PF_OK;
 }
 #else /* no POSIX here: the readers are there, and say what they need */
+static bool pf__rd_hooks_any_thread(const pf_config *c) { return (void)c, false; }
 static pf_result pf__rd_none(const char *who) {
     pf__format(pf__create_error, sizeof pf__create_error,
                "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "

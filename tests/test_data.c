@@ -16,6 +16,9 @@
    file system that refuses O_DIRECT (EINVAL), as tmpfs did before Linux 6.6 */
 static int rd_open(const char *path, int flags);
 #define PF__OPEN(path, flags) rd_open((path), (flags))
+/* pf_next loads by default when loads are cheap (under 50 us): here,
+   whatever a sanitizer makes them cost, so that no timing decides it */
+#define PF__HELP_MAX_NS 10000000000u
 #include "../prefetch.h"
 #include "util.h"
 #include <fcntl.h>
@@ -995,6 +998,94 @@ static void test_records_raw_in_order(void) { run_records(false, false, false); 
 static void test_records_raw_shuffled(void) { run_records(true, false, false); }
 static void test_records_step(void) { run_records(true, true, false); }
 static void test_records_direct(void) { run_records(false, false, true); run_records(true, true, true); }
+
+/* A reader's own hooks (its read buffer) run on any thread: by default
+   pf_next loads through a reader too, with the buffer made on its thread
+   and freed at pf_destroy (ASan: no leak). The step holds the workers
+   back (bounded) until pf_next has stepped three samples itself, so the
+   run ends in time only if it does; every record still comes once. */
+typedef struct rhelp {
+    rctx c;
+    pthread_t consumer;
+    pthread_cond_t cv;
+    unsigned by_caller, timed_out;
+} rhelp;
+static int r_step_held(void *user, pf_sample *s) {
+    rhelp *h = (rhelp *)user;
+    int mine = pthread_equal(pthread_self(), h->consumer) ? 1 : 0;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&h->c.mu);
+    if (mine) h->by_caller++, pthread_cond_broadcast(&h->cv);
+    while (!mine && s->job->batch > 0 && h->by_caller < 3)
+        if (pthread_cond_timedwait(&h->cv, &h->c.mu, &until) != 0) {
+            h->timed_out++;
+            break;
+        }
+    pthread_mutex_unlock(&h->c.mu);
+    return r_step(NULL, s);
+}
+static void test_records_pf_next_loads_through_the_reader(void) {
+    char path[300];
+    const char *pp[1];
+    rhelp h;
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = t_config_base(0, 4, 0, 1);
+    pf_loader *l = NULL;
+    pf_stats st;
+    memset(&h, 0, sizeof h);
+    pthread_mutex_init(&h.c.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    h.consumer = pthread_self();
+    tmp_begin();
+    tmp_path(path, sizeof path, "r0.bin");
+    h.c.per[0] = 200;
+    h.c.nfiles = 1;
+    h.c.stepped = true;
+    write_records(path, 0, 200, 0);
+    pp[0] = path;
+    rc = r_config(pp, 1);
+    rc.step = r_step_held;
+    rc.user = &h;
+    rc.sample_bytes = 8;
+    cfg.num_workers = 1;
+    cfg.host_slots = 16;
+    cfg.backend = PF_BACKEND_HOST; /* where pf_next takes the loads (on CUDA the stager does) */
+    cfg.timeout_ms = 0; /* pf_next loads only where its wait is unbounded; the step's waits are bounded */
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    for (int i = 0; l && i < 1000; i++) { /* host memory on every build: r_check reads it here */
+        pf_batch b;
+        dsnap d;
+        pf_result r = pf_next(l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        CHECKF(r == PF_OK || r == PF_END_OF_DATA, "%s", pf_error(l));
+        if (r != PF_OK) break;
+        memset(&d, 0, sizeof d);
+        d.user = &h.c;
+        d.data = (const unsigned char *)b.data;
+        d.count = b.count;
+        d.packed = b.offsets != NULL;
+        d.offsets = (uint64_t *)(uintptr_t)b.offsets;
+        d.indices = (uint64_t *)(uintptr_t)b.indices;
+        r_check(&d);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    pf_get_stats(l, &st);
+    pf_destroy(l);
+    pf_records_close(rd);
+    CHECK_EQ(h.c.bad, 0);
+    CHECK_EQ(h.c.samples, 200);
+    for (uint64_t i = 0; i < 200; i++) CHECK_EQ(h.c.seen[i], 1);
+    CHECKF(h.by_caller >= 3 && !h.timed_out, "pf_next stepped %u samples; %u worker waits ran out", h.by_caller,
+           h.timed_out);
+    CHECK(st.next_loads > 0);
+    tmp_end();
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.c.mu);
+}
 
 /* Drain l to the end, checking every record of every batch byte for byte:
    sample x is record x % per of file file0 + x / per (as write_records'
@@ -2393,6 +2484,7 @@ static const h_test tests[] = {
     {"records_raw_shuffled", test_records_raw_shuffled},
     {"records_step", test_records_step},
     {"records_direct", test_records_direct},
+    {"records_pf_next_loads_through_the_reader", test_records_pf_next_loads_through_the_reader},
     {"records_direct_into_the_slot", test_records_direct_into_the_slot},
     {"records_one_file_refuses_direct", test_records_one_file_refuses_direct},
     {"records_growing_file_list", test_records_growing_file_list},

@@ -16,6 +16,9 @@
 static int fail_thread_at, threads_started;
 #define PF__THREAD_START(t, fn, arg) \
     (++threads_started == fail_thread_at ? -1 : pf__thread_start((t), (fn), (arg)))
+/* pf_next loads by default when loads are cheap (under 50 us): here,
+   whatever a sanitizer makes them cost, so that no timing decides it */
+#define PF__HELP_MAX_NS 10000000000u
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 #include "util.h"
@@ -949,6 +952,7 @@ static void test_a_failed_load_in_pf_next_names_pf_next(void) {
 }
 static void test_pf_next_helps_the_workers(void) { run_pf_next_loads(true); }
 
+
 /* Autotune's first period leaves out the batches loaded before the first
    pf_next (the consumer started late): taken at once, they made one
    worker look 7x faster than it can be (3,438 batches/s for loads of 2 ms
@@ -1186,7 +1190,12 @@ static pf_config host_config(pf_load_fn load, void *user, uint64_t n, size_t bat
 /* Cheap loads (a worker claims them in runs and publishes a run at its
    end), except batch `gate`, whose load waits (at most 10 s) until the
    consumer has received batch gate - 1. If a run held gate - 1 back
-   behind gate's load, the two would wait for each other. */
+   behind gate's load, the two would wait for each other; so would a
+   consumer asleep whose wake a ready batch held for more to come
+   (pf__wake_taker_ready: the 64-slot ring's consumer is woken 32 ready
+   batches at a time, or when its sleep of at most 200 us ends). A load
+   that waits for the consumer needs cfg.workers_only: pf_next must never
+   run it. */
 typedef struct gated_run {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -1224,6 +1233,7 @@ static void test_a_run_never_holds_back_a_loaded_batch(void) {
         g.gate = 300 + (uint64_t)(k % 8); /* somewhere inside a run of up to 8 */
         cfg = host_config(gated_run_load, &g, 400, 64, 1 + (uint32_t)(k % 2));
         cfg.unordered = k >= 8;
+        cfg.workers_only = true;
         CHECK_EQ(pf_create(&cfg, &l), PF_OK);
         for (;;) {
             pf_batch b;
@@ -1256,6 +1266,81 @@ static void test_a_run_never_holds_back_a_loaded_batch(void) {
     }
     CHECKF(runs > 0, "no worker loaded a run: the test proved nothing"); /* loads of 64 bytes: runs, unless every one was preempted */
 }
+
+/* Without autotune too, by default: cheap loads, no per-thread hooks, no
+   timeout_ms. Batch 0 loads at once (so loads are known to be cheap);
+   every later load on a worker waits (bounded) until pf_next has loaded
+   three batches itself, so the run ends in time only if pf_next loads.
+   With cfg.workers_only it never does: every load runs on a worker, the
+   workers' waits run out (short, here), next_loads stays 0. */
+typedef struct caller_gate {
+    pthread_t consumer;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned by_caller, timed_out, max_ms;
+    uint32_t num_workers, bad_worker_id;
+} caller_gate;
+static int caller_gate_load(void *user, pf_job *job) {
+    caller_gate *g = (caller_gate *)user;
+    int mine = pthread_equal(pthread_self(), g->consumer) ? 1 : 0;
+    struct timespec until;
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = 8;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(g->max_ms % 1000u) * 1000000L;
+    until.tv_sec += g->max_ms / 1000u + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&g->mu);
+    if (mine != (job->worker == g->num_workers)) g->bad_worker_id++;
+    if (mine) g->by_caller++, pthread_cond_broadcast(&g->cv);
+    while (!mine && job->batch > 0 && g->by_caller < 3)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) {
+            g->timed_out++;
+            break;
+        }
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+static void run_caller_gate(bool workers_only) {
+    caller_gate g;
+    pf_config cfg = host_config(caller_gate_load, &g, 40, 8, 1);
+    pf_loader *l;
+    pf_stats st;
+    memset(&g, 0, sizeof g);
+    g.consumer = pthread_self();
+    g.num_workers = 1;
+    g.max_ms = workers_only ? 20 : 10000; /* bounded either way */
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    cfg.host_slots = 16;
+    cfg.workers_only = workers_only;
+    cfg.timeout_ms = 0; /* pf_next loads only where its wait is unbounded; the loads' waits are bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    for (uint64_t k = 0; k < 40; k++) {
+        pf_batch b;
+        uint64_t id;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        memcpy(&id, b.data, sizeof id);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(id, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    pf_get_stats(l, &st);
+    CHECK_EQ(g.bad_worker_id, 0); /* the caller's thread iff worker == num_workers */
+    CHECK_EQ(st.next_loads, g.by_caller);
+    if (workers_only) {
+        CHECK_EQ(g.by_caller, 0);
+        CHECK(g.timed_out > 0); /* the workers waited in vain: nobody else loads */
+    } else {
+        CHECKF(g.by_caller >= 3 && !g.timed_out, "pf_next loaded %u batches; %u worker waits ran out",
+               g.by_caller, g.timed_out);
+    }
+    pf_destroy(l);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}
+static void test_pf_next_helps_by_default(void) { run_caller_gate(false); }
+static void test_workers_only_keeps_loads_on_workers(void) { run_caller_gate(true); }
 
 /* Two threads release the same batch (copies of one pf_batch) at once:
    pf_release takes no lock, so exactly one of them must win and the other
@@ -1462,6 +1547,8 @@ static const h_test tests[] = {
     {"elapsed_runs_to_the_latest_pf_next", test_elapsed_runs_to_the_latest_pf_next},
     {"failed_create_ran_no_callback", test_failed_create_ran_no_callback},
     {"a_run_never_holds_back_a_loaded_batch", test_a_run_never_holds_back_a_loaded_batch},
+    {"pf_next_helps_by_default", test_pf_next_helps_by_default},
+    {"workers_only_keeps_loads_on_workers", test_workers_only_keeps_loads_on_workers},
     {"two_releases_of_one_batch_one_wins", test_two_releases_of_one_batch_one_wins},
     {"autotune_shrink_while_the_caller_holds_three", test_autotune_shrink_while_the_caller_holds_three},
     {"a_failure_in_a_reused_slot_is_its_own", test_a_failure_in_a_reused_slot_is_its_own},
