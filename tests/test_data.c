@@ -1006,24 +1006,11 @@ static void test_records_direct(void) { run_records(false, false, true); run_rec
    run ends in time only if it does; every record still comes once. */
 typedef struct rhelp {
     rctx c;
-    pthread_t consumer;
-    pthread_cond_t cv;
-    unsigned by_caller, timed_out;
+    t_caller_gate g;
 } rhelp;
 static int r_step_held(void *user, pf_sample *s) {
     rhelp *h = (rhelp *)user;
-    int mine = pthread_equal(pthread_self(), h->consumer) ? 1 : 0;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 10;
-    pthread_mutex_lock(&h->c.mu);
-    if (mine) h->by_caller++, pthread_cond_broadcast(&h->cv);
-    while (!mine && s->job->batch > 0 && h->by_caller < 3)
-        if (pthread_cond_timedwait(&h->cv, &h->c.mu, &until) != 0) {
-            h->timed_out++;
-            break;
-        }
-    pthread_mutex_unlock(&h->c.mu);
+    t_caller_gate_pass(&h->g, s->job->batch > 0);
     return r_step(NULL, s);
 }
 static void test_records_pf_next_loads_through_the_reader(void) {
@@ -1037,8 +1024,7 @@ static void test_records_pf_next_loads_through_the_reader(void) {
     pf_stats st;
     memset(&h, 0, sizeof h);
     pthread_mutex_init(&h.c.mu, NULL);
-    pthread_cond_init(&h.cv, NULL);
-    h.consumer = pthread_self();
+    t_caller_gate_init(&h.g, 10000); /* bounded */
     tmp_begin();
     tmp_path(path, sizeof path, "r0.bin");
     h.c.per[0] = 200;
@@ -1079,11 +1065,11 @@ static void test_records_pf_next_loads_through_the_reader(void) {
     CHECK_EQ(h.c.bad, 0);
     CHECK_EQ(h.c.samples, 200);
     for (uint64_t i = 0; i < 200; i++) CHECK_EQ(h.c.seen[i], 1);
-    CHECKF(h.by_caller >= 3 && !h.timed_out, "pf_next stepped %u samples; %u worker waits ran out", h.by_caller,
-           h.timed_out);
+    CHECKF(h.g.by_caller >= 3 && !h.g.timed_out, "pf_next stepped %u samples; %u worker waits ran out",
+           h.g.by_caller, h.g.timed_out);
     CHECK(st.next_loads > 0);
     tmp_end();
-    pthread_cond_destroy(&h.cv);
+    t_caller_gate_free(&h.g);
     pthread_mutex_destroy(&h.c.mu);
 }
 

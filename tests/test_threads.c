@@ -1274,44 +1274,29 @@ static void test_a_run_never_holds_back_a_loaded_batch(void) {
    With cfg.workers_only it never does: every load runs on a worker, the
    workers' waits run out (short, here), next_loads stays 0. */
 typedef struct caller_gate {
-    pthread_t consumer;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned by_caller, timed_out, max_ms;
-    uint32_t num_workers, bad_worker_id;
+    t_caller_gate g;
+    uint32_t num_workers;
+    unsigned bad_worker_id; /* under g.mu */
 } caller_gate;
 static int caller_gate_load(void *user, pf_job *job) {
-    caller_gate *g = (caller_gate *)user;
-    int mine = pthread_equal(pthread_self(), g->consumer) ? 1 : 0;
-    struct timespec until;
+    caller_gate *c = (caller_gate *)user;
+    int mine;
     memcpy(job->host, &job->batch, sizeof job->batch);
     job->bytes = 8;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)(g->max_ms % 1000u) * 1000000L;
-    until.tv_sec += g->max_ms / 1000u + until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
-    pthread_mutex_lock(&g->mu);
-    if (mine != (job->worker == g->num_workers)) g->bad_worker_id++;
-    if (mine) g->by_caller++, pthread_cond_broadcast(&g->cv);
-    while (!mine && job->batch > 0 && g->by_caller < 3)
-        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) {
-            g->timed_out++;
-            break;
-        }
-    pthread_mutex_unlock(&g->mu);
+    mine = t_caller_gate_pass(&c->g, job->batch > 0);
+    pthread_mutex_lock(&c->g.mu);
+    if (mine != (job->worker == c->num_workers)) c->bad_worker_id++;
+    pthread_mutex_unlock(&c->g.mu);
     return 0;
 }
 static void run_caller_gate(bool workers_only) {
-    caller_gate g;
-    pf_config cfg = host_config(caller_gate_load, &g, 40, 8, 1);
+    caller_gate c;
+    pf_config cfg = host_config(caller_gate_load, &c, 40, 8, 1);
     pf_loader *l;
     pf_stats st;
-    memset(&g, 0, sizeof g);
-    g.consumer = pthread_self();
-    g.num_workers = 1;
-    g.max_ms = workers_only ? 20 : 10000; /* bounded either way */
-    pthread_mutex_init(&g.mu, NULL);
-    pthread_cond_init(&g.cv, NULL);
+    t_caller_gate_init(&c.g, workers_only ? 20 : 10000); /* bounded either way */
+    c.num_workers = 1;
+    c.bad_worker_id = 0;
     cfg.host_slots = 16;
     cfg.workers_only = workers_only;
     cfg.timeout_ms = 0; /* pf_next loads only where its wait is unbounded; the loads' waits are bounded */
@@ -1326,18 +1311,17 @@ static void run_caller_gate(bool workers_only) {
         CHECK_EQ(pf_release(l, &b), PF_OK);
     }
     pf_get_stats(l, &st);
-    CHECK_EQ(g.bad_worker_id, 0); /* the caller's thread iff worker == num_workers */
-    CHECK_EQ(st.next_loads, g.by_caller);
+    CHECK_EQ(c.bad_worker_id, 0); /* the caller's thread iff worker == num_workers */
+    CHECK_EQ(st.next_loads, c.g.by_caller);
     if (workers_only) {
-        CHECK_EQ(g.by_caller, 0);
-        CHECK(g.timed_out > 0); /* the workers waited in vain: nobody else loads */
+        CHECK_EQ(c.g.by_caller, 0);
+        CHECK(c.g.timed_out > 0); /* the workers waited in vain: nobody else loads */
     } else {
-        CHECKF(g.by_caller >= 3 && !g.timed_out, "pf_next loaded %u batches; %u worker waits ran out",
-               g.by_caller, g.timed_out);
+        CHECKF(c.g.by_caller >= 3 && !c.g.timed_out, "pf_next loaded %u batches; %u worker waits ran out",
+               c.g.by_caller, c.g.timed_out);
     }
     pf_destroy(l);
-    pthread_cond_destroy(&g.cv);
-    pthread_mutex_destroy(&g.mu);
+    t_caller_gate_free(&c.g);
 }
 static void test_pf_next_helps_by_default(void) { run_caller_gate(false); }
 static void test_workers_only_keeps_loads_on_workers(void) { run_caller_gate(true); }

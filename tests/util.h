@@ -62,6 +62,44 @@ T_FN void t_sleep_us(unsigned us) {
     nanosleep(&ts, NULL);
 }
 
+/* Loads that need pf_next to load: a worker's (hold set) waits, at most
+   max_ms, until pf_next has loaded 3 batches (or samples) on the caller's
+   thread; each of pf_next's counts one. 1 on the caller's thread. */
+typedef struct t_caller_gate {
+    pthread_t caller;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned by_caller, timed_out, max_ms;
+} t_caller_gate;
+T_FN void t_caller_gate_init(t_caller_gate *g, unsigned max_ms) {
+    memset(g, 0, sizeof *g);
+    g->caller = pthread_self();
+    g->max_ms = max_ms;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+}
+T_FN void t_caller_gate_free(t_caller_gate *g) {
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+}
+T_FN int t_caller_gate_pass(t_caller_gate *g, bool hold) {
+    int mine = pthread_equal(pthread_self(), g->caller) ? 1 : 0;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(g->max_ms % 1000u) * 1000000L;
+    until.tv_sec += g->max_ms / 1000u + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&g->mu);
+    if (mine) g->by_caller++, pthread_cond_broadcast(&g->cv);
+    while (!mine && hold && g->by_caller < 3)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) != 0) {
+            g->timed_out++;
+            break;
+        }
+    pthread_mutex_unlock(&g->mu);
+    return mine;
+}
+
 /* Wait (bounded) until the gate opens or the job is cancelled. */
 T_FN void t_gate_wait(tload *t, const pf_job *job) {
     struct timespec dl;
