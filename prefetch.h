@@ -1640,8 +1640,14 @@ static void pf__set_error(pf_loader *l, int code, int by, bool at_once, uint64_t
     l->claim.done = true; /* nothing after it will be delivered */
 }
 
-/* The consumer returns the record (and from now on, always). */
+static void pf__wake(pf_loader *l, int role); /* >>waiting */
+
+/* The consumer returns the record (and from now on, always): so must
+   every other pf_next waiting meanwhile, for a batch that will not come
+   now; they are woken to see it (three consumers and a failed load: one
+   slept for ever). */
 static pf_result pf__show_error(pf_loader *l) {
+    if (!l->error.shown) pf__wake(l, PF__ROLE_CONSUMER);
     l->error.shown = true;
     return pf__fail(l, (pf_result)l->error.code, "%s", l->error.msg);
 }
@@ -3316,6 +3322,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         pf_result w;
         int r;
         pf__take_released(l); /* before the held count below is read */
+        if (pf__error_due(l)) return pf__show_error(l); /* another pf_next showed it while this one waited */
         r = pf__take(l, &s);
         if (r == PF_OK) {
             pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
