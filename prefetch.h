@@ -1490,6 +1490,8 @@ typedef struct pf__tuner {
     bool park_trial;       /* with help: no workers at all, on trial           */
     bool park_quiet;       /* ...after a help trial the workers kept up with */
     bool park_failed;      /* that was not faster (until help ends)           */
+    bool park_last;        /* ...on trial because help beside the workers
+                              did not pay: a failure ends help              */
     uint32_t inline_wait, inline_backoff; /* periods before the next trial; its doubling */
     bool inline_busy;      /* a pf_next is loading through the extra record:
                               pf_next from other threads waits meanwhile */
@@ -2424,6 +2426,9 @@ static int pf__take(pf_loader *l, pf__slot **out) {
    on a VM). */
 #define PF__INLINE_MAX_S 50e-6
 #define PF__INLINE_TIMED 16u /* pf_next times 1 of this many of its loads... */
+#ifndef PF__PARK_TRY_S /* tests raise it, as PF__HELP_MAX_NS */
+#define PF__PARK_TRY_S 2e-6 /* loads under this, as dear as a handoff: pf_next alone may pay */
+#endif
 #define PF__INLINE_UNTIMED_NS 2000u /* ...when they take less than this */
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
@@ -2565,6 +2570,18 @@ static void pf__grow(pf_loader *l) {
 
 static void pf__wait_flush(pf_loader *l, uint64_t now); /* >>consumer */
 
+/* pf_next loading did not pay: not again until the loads change
+   (inline_load, measured on trial), and not before twice as many periods
+   as last time have passed (a noisy load looks changed every so often;
+   each trial costs a few periods) */
+static void pf__help_failed(pf_loader *l) {
+    l->at.inline_failed = true;
+    l->at.inline_backoff = l->at.inline_backoff ? 2 * l->at.inline_backoff : 4;
+    if (l->at.inline_backoff > 256) l->at.inline_backoff = 256;
+    l->at.inline_wait = l->at.inline_backoff;
+    l->at.help = false;
+}
+
 static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
@@ -2640,19 +2657,25 @@ static void pf__autotune(pf_loader *l) {
     l->at.help_quiet = 0;
     if (l->at.help_trial) { /* pf_next loading on trial */
         l->at.help_trial = false;
-        if (thr < l->at.thr_before * 1.05) {
-            /* not again until the loads change, and not before twice as
-               many periods as last time have passed (a noisy load looks
-               changed every so often; each trial costs a few periods) */
-            l->at.inline_failed = true;
-            l->at.inline_load = call_pb;
-            l->at.inline_backoff = l->at.inline_backoff ? 2 * l->at.inline_backoff : 4;
-            if (l->at.inline_backoff > 256) l->at.inline_backoff = 256;
-            l->at.inline_wait = l->at.inline_backoff;
-            l->at.help = false;
+        l->at.inline_load = call_pb; /* as measured with pf_next loading too */
+        if (thr < l->at.thr_before * 1.05 && l->at.before && call_pb < PF__PARK_TRY_S) {
+            /* loading beside the workers did not pay, yet loads cost
+               about what a handoff between threads does: pf_next alone,
+               with no handoff, may go faster. Only a trial tells: with a
+               worker beside it, every load looks dearer than it is (the
+               lines it writes and the lock go from core to core). 4 KiB
+               memcpy loads on the 2-core VM: 0.89 us a batch with a
+               worker, pf_next helping or not, its loads timed at 0.6 us;
+               0.26-0.33 with pf_next alone. A failure ends help, as this
+               trial's would have. */
+            if (thr > l->at.thr_before) l->at.thr_before = thr; /* the better of the two */
+            l->at.park_trial = l->at.park_last = true;
+            l->at.park_quiet = false;
+            pf__set_active(l, 0, "loading beside the workers did not help, loads are cheap: pf_next loads every batch",
+                           waited, thr);
+        } else if (thr < l->at.thr_before * 1.05) {
+            pf__help_failed(l);
             pf__set_active(l, l->at.before, "loading in pf_next did not help", waited, thr);
-        } else {
-            l->at.inline_load = call_pb; /* as measured with pf_next loading too */
         }
         return;
     }
@@ -2661,13 +2684,14 @@ static void pf__autotune(pf_loader *l) {
             l->at.park_trial = false;
             if (thr < l->at.thr_before * 1.05) {
                 l->at.park_failed = true;
-                if (l->at.park_quiet) { /* the workers kept up: help ends, as it would have */
+                if (l->at.park_last) pf__help_failed(l);
+                else if (l->at.park_quiet) { /* the workers kept up: help ends, as it would have */
                     l->at.help = false;
                     l->at.inline_wait = 8;
                 }
                 pf__set_active(l, l->at.before, "pf_next alone was not faster", waited, thr);
             }
-            l->at.park_quiet = false;
+            l->at.park_quiet = l->at.park_last = false;
             return;
         }
         if (call_pb > 2 * l->at.inline_load || call_pb >= PF__INLINE_MAX_S) { /* back to the workers alone */

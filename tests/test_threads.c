@@ -19,6 +19,7 @@ static int fail_thread_at, threads_started;
 /* pf_next loads by default when loads are cheap (under 50 us): here,
    whatever a sanitizer makes them cost, so that no timing decides it */
 #define PF__HELP_MAX_NS 10000000000u
+#define PF__PARK_TRY_S 1.0 /* and trying pf_next alone after a failed help trial */
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 #include "util.h"
@@ -775,12 +776,13 @@ static pf_loader *t_pf_next_loader(uint64_t n, size_t batch_bytes, pf_load_fn lo
    smoothed duration. Each load here takes at least 200 us by the clock, so
    every batch pf_next loaded, timed or not, must show as at least that
    much input wait and load time, and no more wait than elapsed time. */
-static void spin_200us(void) { /* at least 200 us by the clock, on the CPU */
+static void spin_ns(long long ns) { /* at least ns by the clock, on the CPU */
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do clock_gettime(CLOCK_MONOTONIC, &t);
-    while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 200000);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < ns);
 }
+static void spin_200us(void) { spin_ns(200000); }
 static int slow_200us(void *user, pf_job *job) {
     (void)user;
     spin_200us();
@@ -1056,6 +1058,63 @@ static void test_a_help_trial_ends_when_nothing_waits(void) {
     pf_destroy(l);
 }
 
+/* A help trial that fails with loads as cheap as a handoff tries pf_next
+   alone next (the workers parked: with them beside it every load looks
+   dearer than it is, so only a trial tells), and when that fails too,
+   help ends as the first failure would have ended it: the workers are
+   back, and no trial comes again until the backoff has passed. Both
+   verdicts are forced (a throughput before of 1e9 batches/s), so no
+   timing decides them; loads of 1 us keep the consumer waiting, so
+   every period is judged. Bounded: 10 s by the clock. */
+static int spin_1us(void *user, pf_job *job) {
+    (void)user;
+    spin_ns(1000);
+    job->bytes = 8;
+    return 0;
+}
+static void test_a_failed_help_trial_tries_pf_next_alone(void) {
+    pf_config cfg = t_config_base(UINT64_C(1) << 40, 1, 8, 1);
+    pf_loader *l;
+    bool parked_last = false, ended = false;
+    uint64_t k = 0;
+    double t0 = t_now_s();
+    cfg.load = spin_1us;
+    cfg.num_workers = 2;
+    cfg.autotune = 1;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    pf__set_active(l, 2, "test", 0, 0);
+    l->at.help = l->at.help_trial = true; /* as if a starved period had started it */
+    l->at.thr_before = 1e9;               /* every trial fails */
+    l->at.before = 2;
+    pf__unlock(&l->sync.mu);
+    while (!ended && t_now_s() - t0 < 10) {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        k++;
+        pf__lock(&l->sync.mu);
+        if (l->at.park_trial && l->at.park_last) {
+            CHECK_EQ(l->at.active, 0u);
+            CHECK(l->at.help);
+            parked_last = true;
+        }
+        ended = !l->at.help && !l->at.help_trial && !l->at.park_trial;
+        pf__unlock(&l->sync.mu);
+    }
+    CHECKF(parked_last, "no trial of pf_next alone after help failed (%llu batches)", (unsigned long long)k);
+    CHECKF(ended, "help did not end after pf_next alone failed too (%llu batches)", (unsigned long long)k);
+    pf__lock(&l->sync.mu);
+    CHECK_EQ(l->at.active, 2u);
+    CHECK(l->at.inline_failed);
+    CHECK(l->at.inline_wait > 0);
+    CHECK(!l->at.park_last);
+    pf__unlock(&l->sync.mu);
+    pf_destroy(l);
+}
+
 /* Consumers that wait back to back (several threads in pf_next on a slow
    load) never let the wait span close: the waiting still shows as it
    happens, in pf_get_stats and in autotune's periods, not 0 until the
@@ -1107,6 +1166,66 @@ static void test_overlapping_waits_show_as_they_happen(void) {
     pf_destroy(o.l);
     pthread_cond_destroy(&o.cv);
     pthread_mutex_destroy(&o.mu);
+}
+
+/* Three threads in pf_next and a load that fails: every one of them
+   returns the load's error, and every pf_next after it too. One used to
+   sleep for ever: showing the error to one consumer woke no other, and a
+   waiting pf_next did not look for it before waiting again. Bounded:
+   cfg.timeout_ms turns such a sleep into PF_ERR_TIMEOUT, which fails. */
+typedef struct failing_run {
+    pf_loader *l;
+    pf_result got[3];
+    pf_result again[3];
+} failing_run;
+static int fail_at_700(void *user, pf_job *job) {
+    (void)user;
+    if (job->epoch == 1 && job->batch == 700) return pf_job_fail(job, "corrupt sample %llu", (unsigned long long)job->batch);
+    job->bytes = 8;
+    return 0;
+}
+static void *failing_consumer(void *arg) {
+    failing_run *f = (failing_run *)arg;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int next_id;
+    int id;
+    pf_result r;
+    pf_batch b;
+    pthread_mutex_lock(&mu);
+    id = next_id++ % 3;
+    pthread_mutex_unlock(&mu);
+    for (;;) {
+        r = pf_next(f->l, &b);
+        if (r == PF_END_OF_EPOCH) continue;
+        if (r != PF_OK) break;
+        if (pf_release(f->l, &b) != PF_OK) break;
+    }
+    f->got[id] = r;
+    f->again[id] = pf_next(f->l, &b);
+    return NULL;
+}
+static void test_a_failed_load_reaches_every_consumer(void) {
+    for (int run = 0; run < 6; run++) {
+        pf_config cfg = t_config_base(3000, 1, 8, 3);
+        failing_run f;
+        pthread_t th[3];
+        memset(&f, 0, sizeof f);
+        cfg.load = fail_at_700;
+        cfg.shuffle = true;
+        cfg.autotune = run % 2;
+        cfg.num_workers = run % 2 ? 0 : 2;
+        cfg.backend = PF_BACKEND_HOST;
+        cfg.timeout_ms = 20000;
+        CHECK_EQ(pf_create(&cfg, &f.l), PF_OK);
+        for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, failing_consumer, &f);
+        for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < 3; i++) {
+            CHECKF(f.got[i] == PF_ERR_LOAD, "run %d consumer %d: %s (%s)", run, i, pf_result_string(f.got[i]), pf_error(f.l));
+            CHECK_EQ(f.again[i], PF_ERR_LOAD);
+        }
+        CHECKF(strstr(pf_error(f.l), "corrupt sample 700") != NULL, "%s", pf_error(f.l));
+        pf_destroy(f.l);
+    }
 }
 
 /* With autotune the ring starts small (3 slots for big batches), but the
@@ -1523,6 +1642,8 @@ static const h_test tests[] = {
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
+    {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
+    {"a_failed_help_trial_tries_pf_next_alone", test_a_failed_help_trial_tries_pf_next_alone},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
     {"two_to_four_consumers_exactly_once", test_two_to_four_consumers_exactly_once},
     {"consumers_with_short_timeouts_exactly_once", test_consumers_with_short_timeouts_exactly_once},
