@@ -409,7 +409,7 @@ static void phased_log(void *user, int level, const char *msg) {
     p->logged++;
     p->grew += strstr(msg, "input-bound") != NULL;
     p->shrank += strstr(msg, "compute-bound") != NULL;
-    p->reverted += strstr(msg, "did not help") != NULL;
+    p->reverted += strstr(msg, "more workers did not help") != NULL; /* a worker trial; not pf_next loading */
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -579,6 +579,54 @@ static void test_autotune_failed_trial_gives_its_slots_back(void) {
     t_end(&c); /* every block freed once: no leak, no double free */
     pthread_mutex_destroy(&p.mu);
     pthread_mutex_destroy(&p.one);
+}
+
+/* Autotune grows the host ring in whole huge pages where a slot or so
+   more makes it so: one 1 MiB slot alone would be 256 page faults of
+   4 KiB, two are one of 2 MiB. Slots that do not divide 2 MiB, or bigger
+   ones, grow by what was asked; never past host_slots. */
+static int nothing(void *user, pf_job *job);
+/* the slots a growth by `more` adds to the ring pf_create made */
+static uint32_t grown_by(size_t batch_bytes, uint32_t host_slots, uint32_t more) {
+    pf_config cfg = t_config_base(64, 1, batch_bytes, 1);
+    pf_loader *l;
+    uint32_t n0;
+    cfg.load = nothing;
+    cfg.autotune = 1;
+    cfg.num_workers = 16; /* the ceiling: a ring of up to 33 slots */
+    cfg.host_slots = host_slots;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    n0 = l->ring.nalloc;
+    pf__ring_for(l, n0 + more, false);
+    for (int i = 0; i < 5000 && (l->ring.growing || l->ring.grow_to > l->ring.nalloc); i++) { /* bounded: 5 s */
+        if (pf__grow_due(l)) {
+            pf__grow(l); /* or a worker does, meanwhile */
+            continue;
+        }
+        pf__unlock(&l->sync.mu);
+        t_sleep_us(1000);
+        pf__lock(&l->sync.mu);
+    }
+    CHECK(!l->ring.growing);
+    n0 = l->ring.nalloc - n0;
+    pf__unlock(&l->sync.mu);
+    pf_destroy(l);
+    return n0;
+}
+static void test_autotune_grows_in_huge_pages(void) {
+#ifndef PF__HUGE /* no huge pages to fill: as asked */
+    CHECK_EQ(grown_by((size_t)1 << 20, 0, 1), 1u);
+    return;
+#endif
+    CHECK_EQ(grown_by((size_t)1 << 20, 0, 1), 2u);   /* 1 MiB slots: 1 -> 2 */
+    CHECK_EQ(grown_by((size_t)1 << 20, 0, 3), 4u);   /* 3 -> 4 */
+    CHECK_EQ(grown_by((size_t)1 << 20, 0, 2), 2u);   /* 2: as asked */
+    CHECK_EQ(grown_by((size_t)512 << 10, 0, 1), 4u); /* 512 KiB: 1 -> 4 */
+    CHECK_EQ(grown_by((size_t)1 << 20, 4, 1), 1u);   /* not past host_slots (pf_create made 3) */
+    CHECK_EQ(grown_by((size_t)768 << 10, 0, 1), 1u); /* 768 KiB does not divide 2 MiB: as asked */
+    CHECK_EQ(grown_by((size_t)4 << 20, 0, 1), 1u);   /* bigger than a huge page: as asked */
 }
 
 /* The ring cannot grow (the allocator or cudaHostAlloc fails): it says so,
@@ -1642,6 +1690,7 @@ static const h_test tests[] = {
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
+    {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
     {"a_failed_help_trial_tries_pf_next_alone", test_a_failed_help_trial_tries_pf_next_alone},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
