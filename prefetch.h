@@ -420,7 +420,7 @@ typedef struct pf_config {
     bool workers_only;         /* [false] loads run on worker threads only.
                                   Else, on the host backend, when the next
                                   batch is not ready and loads are cheap
-                                  (under 50 us), pf_next loads one itself, on
+                                  (under 200 us), pf_next loads one itself, on
                                   your thread, instead of sleeping (next_loads);
                                   never with your own per-thread hooks
                                   (worker_init/stop, on_worker_start) or
@@ -3287,11 +3287,17 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
    and wake 20-40 us of CPU, taken from the workers: 2 workers reading
    256 KiB records from the page cache ran at 0.77 of 2 threads of plain
    preads with pf_next sleeping, 0.90-0.96 with it loading; 16 KiB token
-   windows at 0.38 and 0.79. Unknown loads (none finished yet) are not
-   cheap. With autotune too; its trial (at.help) goes further, loading
-   whenever it pays, or with no workers at all. */
+   windows at 0.38 and 0.79. Cheap means under PF__TAKER_HOLD_NS: a batch
+   that gets ready while pf_next loads another is late by no more than the
+   load, and a held consumer may be late by as much (>>waiting, rule 3).
+   Shuffled 4 KiB records, 64 preads a batch (100-150 us), were left to
+   the workers at a limit of 50 us: 2 workers ran at 0.73-0.79 of plain
+   preads, autotune at 0.52-0.56; with pf_next loading them, 0.92-0.93
+   and 0.86-0.88. Unknown loads (none finished yet) are not cheap. With
+   autotune too; its trial (at.help) goes further, loading whenever it
+   pays, or with no workers at all. */
 #ifndef PF__HELP_MAX_NS /* tests raise it: under a sanitizer no load is cheap */
-#define PF__HELP_MAX_NS ((uint64_t)(PF__INLINE_MAX_S * 1e9))
+#define PF__HELP_MAX_NS PF__TAKER_HOLD_NS
 #endif
 static bool pf__may_help(const pf_loader *l) {
     return !l->cfg.workers_only && !l->cfg.timeout_ms && l->ops->taker == PF__ROLE_CONSUMER && l->ring.load_est &&
