@@ -1071,20 +1071,29 @@ static int nothing(void *user, pf_job *job) {
     job->bytes = 8;
     return 0;
 }
-static void test_a_help_trial_ends_when_nothing_waits(void) {
-    pf_config cfg = t_config_base(4000, 1, 8, 1);
+/* 2 workers under autotune, with pf_next loading on trial, as if a
+   starved period had started it; a trial judged fails (1e9 batches/s
+   before it) */
+static pf_loader *on_help_trial(uint64_t n, int (*load)(void *, pf_job *)) {
+    pf_config cfg = t_config_base(n, 1, 8, 1);
     pf_loader *l;
-    bool on_trial = true, helping = true;
-    uint64_t k = 0;
-    cfg.load = nothing;
+    cfg.load = load;
     cfg.num_workers = 2;
     cfg.autotune = 1;
     cfg.backend = PF_BACKEND_HOST;
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     pf__lock(&l->sync.mu);
-    l->at.help = l->at.help_trial = true; /* as if a starved period had started it */
-    l->at.thr_before = 1e9;               /* a trial judged anyway would fail: help ends either way */
+    pf__set_active(l, 2, "test", 0, 0);
+    l->at.help = l->at.help_trial = true;
+    l->at.thr_before = 1e9;
+    l->at.before = 2;
     pf__unlock(&l->sync.mu);
+    return l;
+}
+static void test_a_help_trial_ends_when_nothing_waits(void) {
+    pf_loader *l = on_help_trial(4000, nothing);
+    bool on_trial = true, helping = true;
+    uint64_t k = 0;
     /* the loads are cheap next to the step, so a quiet trial first tries
        pf_next loading every batch; with a 200 us step that is about as
        fast, so help ends, or (5% faster by noise, on a busy machine)
@@ -1121,22 +1130,10 @@ static int spin_1us(void *user, pf_job *job) {
     return 0;
 }
 static void test_a_failed_help_trial_tries_pf_next_alone(void) {
-    pf_config cfg = t_config_base(UINT64_C(1) << 40, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = on_help_trial(UINT64_C(1) << 40, spin_1us); /* every trial fails */
     bool parked_last = false, ended = false;
     uint64_t k = 0;
     double t0 = t_now_s();
-    cfg.load = spin_1us;
-    cfg.num_workers = 2;
-    cfg.autotune = 1;
-    cfg.backend = PF_BACKEND_HOST;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    pf__lock(&l->sync.mu);
-    pf__set_active(l, 2, "test", 0, 0);
-    l->at.help = l->at.help_trial = true; /* as if a starved period had started it */
-    l->at.thr_before = 1e9;               /* every trial fails */
-    l->at.before = 2;
-    pf__unlock(&l->sync.mu);
     while (!ended && t_now_s() - t0 < 10) {
         pf_batch b;
         CHECK_EQ(pf_next(l, &b), PF_OK);
