@@ -1213,6 +1213,67 @@ static void test_overlapping_waits_show_as_they_happen(void) {
     pthread_mutex_destroy(&o.mu);
 }
 
+/* More workers than CPUs and loads that never sleep (all CPU): only as
+   many workers as CPUs load at a time, the others park; once the loads
+   sleep (I/O) they all load again; once they stop, the cap is back. In
+   order throughout. The test says the machine has 2 CPUs (sync.ncpu), so
+   that it does not depend on the one it runs on. Loads spin 30 us or
+   sleep 100 us by the clock; bounded: 1500 loads, under 0.2 s of sleeps. */
+static void spin_ns(long long ns);
+typedef struct cap_run {
+    pthread_mutex_t mu;
+    uint32_t by[1500]; /* the worker that loaded each batch */
+} cap_run;
+static int spin_or_sleep(void *user, pf_job *job) {
+    cap_run *r = (cap_run *)user;
+    if (job->batch >= 500 && job->batch < 1000) t_sleep_us(100); /* I/O */
+    else spin_ns(30000);                                         /* CPU */
+    pthread_mutex_lock(&r->mu);
+    r->by[job->batch] = job->worker;
+    pthread_mutex_unlock(&r->mu);
+    job->bytes = 8;
+    return 0;
+}
+static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
+    pf_config cfg = t_config_base(1500, 1, 8, 1);
+    cap_run r;
+    pf_loader *l;
+    pf_stats st;
+    uint32_t active[3] = {0, 0, 0};
+    unsigned late_by_parked = 0, io_by_parked = 0;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_init(&r.mu, NULL);
+    cfg.load = spin_or_sleep;
+    cfg.user = &r;
+    cfg.num_workers = 4;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->sync.ncpu = 2;
+    pf__unlock(&l->sync.mu);
+    for (uint64_t k = 0; k < 1500; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        if (k == 480 || k == 980 || k == 1499) {
+            pf_get_stats(l, &st);
+            active[k / 500] = st.workers_active;
+        }
+    }
+    pf_destroy(l);
+    CHECKF(active[0] == 2, "CPU loads: %u workers active, 2 CPUs", active[0]);
+    CHECKF(active[1] == 4, "sleeping loads: %u workers active of 4", active[1]);
+    CHECKF(active[2] == 2, "CPU loads again: %u workers active, 2 CPUs", active[2]);
+    /* parked workers loaded none of the last CPU batches before each
+       verdict (a worker mid-load when the cap came finishes that one) */
+    for (uint32_t k = 300; k < 480; k++) late_by_parked += r.by[k] == 2 || r.by[k] == 3;
+    for (uint32_t k = 700; k < 980; k++) io_by_parked += r.by[k] == 2 || r.by[k] == 3;
+    CHECKF(late_by_parked <= 2, "%u of batches 300-479 loaded by parked workers", late_by_parked);
+    CHECKF(io_by_parked > 0, "workers 2 and 3 loaded none of batches 700-979 (sleeping loads)");
+    pthread_mutex_destroy(&r.mu);
+}
+
 /* Three threads in pf_next and a load that fails: every one of them
    returns the load's error, and every pf_next after it too. One used to
    sleep for ever: showing the error to one consumer woke no other, and a
@@ -1695,6 +1756,7 @@ static const h_test tests[] = {
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
+    {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
     {"a_failed_help_trial_tries_pf_next_alone", test_a_failed_help_trial_tries_pf_next_alone},
