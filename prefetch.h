@@ -1307,7 +1307,7 @@ typedef struct pf__worker {
     bool live;              /* worker_init ran, worker_stop is owed       */
     pf__slot *slot;         /* the current job's slot (>>samples)         */
     uint64_t est_ns;        /* its loads' smoothed duration (pf__run_len) */
-    uint32_t nloads;        /* loads it made: 1 in PF__CAP_EVERY is asked if it slept */
+    uint32_t nloads;        /* loads it made: some are asked if they slept (pf__cap_ask) */
     uint32_t appends, nskip;
     size_t used;
     bool pack;              /* a reader runs the job: the batch is packed */
@@ -1943,6 +1943,9 @@ static uint32_t pf__cpus_in_list(const char *p) {
     }
 }
 
+#ifndef PF__CPU_COUNT /* tests may say how many */
+#define PF__CPU_COUNT pf__cpu_count
+#endif
 /* The CPUs this process may run on: online, within its affinity mask
    (taskset, as /proc/self/status lists it) and its container's CPU
    quota (cgroup v2 cpu.max, "quota period", rounded up). A loader under
@@ -2821,10 +2824,21 @@ static void pf__autotune(pf_loader *l) {
    loads asked sleeping, over 1 in 8 not (a read from the page cache here
    slept once in 2000). Not with autotune, which counts its own workers.
    Lock held. */
-#define PF__CAP_EVERY 8u       /* a worker asks 1 load in this many...     */
-#define PF__CAP_MIN_NS 20000u  /* ...of those this dear (the asking: 2 us) */
+#define PF__CAP_ASK_NS 2000u   /* asking costs two system calls, 1 us each here: */
+#define PF__CAP_EVERY 8u       /* 1 load in 8 is asked, of 1 in 10 times the  */
+#define PF__CAP_DEAR_NS (10u * PF__CAP_EVERY * PF__CAP_ASK_NS) /* asking or more; cheaper, rarer */
 #define PF__CAP_SAMPLES 8u     /* loads asked before the first verdict     */
 static bool pf__cap_may(const pf_loader *l) { return !l->cfg.autotune && l->cfg.num_workers > l->sync.ncpu; }
+/* This worker's next load is asked (where it can matter: more workers
+   than cores, none set by autotune): 1 in 8 loads of 160 us or more, so
+   the asking costs under 1/80 of the loads; cheaper ones as rarely as
+   keeps it so (a 4 us load, 1 in 400); none under 2 us. */
+static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
+    uint64_t every;
+    if (!pf__cap_may(l) || w->id >= l->cfg.num_workers || w->est_ns < PF__CAP_ASK_NS) return false;
+    every = w->est_ns >= PF__CAP_DEAR_NS ? PF__CAP_EVERY : PF__CAP_EVERY * PF__CAP_DEAR_NS / w->est_ns;
+    return w->nloads++ % every == 0;
+}
 static void pf__cpu_cap(pf_loader *l, bool slept) {
     uint32_t share = l->ring.slept_share;
     share = share - share / 8 + (slept ? 1024u / 8 : 0);
@@ -2894,11 +2908,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     w->msg[0] = '\0';
     w->failed = false;
     PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
-    /* 1 in PF__CAP_EVERY loads of a worker tells whether it slept, where
-       that can matter (more workers than cores, none set by autotune) and
-       costs little next to the load (two system calls, 1 us each here) */
-    sleeps = pf__cap_may(l) && w->id < l->cfg.num_workers && w->est_ns >= PF__CAP_MIN_NS &&
-             w->nloads++ % PF__CAP_EVERY == 0 ? pf__sleeps() : -1;
+    sleeps = pf__cap_ask(l, w) ? pf__sleeps() : -1; /* did this load sleep? (pf__cpu_cap) */
     now = start ? start : pf__now_ns();
     rc = l->cfg.load(l->cfg.user, &job);
     s->call_ns = est ? est : pf__now_ns() - now;
@@ -5316,7 +5326,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->at.active = c->autotune ? 1 : c->num_workers; /* autotune starts small */
     l->at.floor = 1;
     l->ring.wake_batch = pf__wake_batch(l->ring.nalloc);
-    l->sync.ncpu = pf__cpu_count();
+    l->sync.ncpu = PF__CPU_COUNT();
     PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 8u : 0u);
     for (i = 0; i < PF__ROLES; i++) l->sync.spin_ns[i] = l->sync.ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
