@@ -1508,6 +1508,7 @@ typedef struct pf__tuner {
                               pf_next from other threads waits meanwhile */
     uint32_t inline_n;     /* loads pf_next made: 1 in PF__INLINE_TIMED is timed */
     uint64_t inline_est;   /* the timed ones' duration, smoothed (ns)          */
+    uint32_t dear_loads;   /* timed ones in a row over 2 * PF__INLINE_MAX_S (pf__help_dear) */
     char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
 } pf__tuner;
 
@@ -3387,6 +3388,31 @@ static bool pf__may_help(const pf_loader *l) {
            l->ring.load_est < PF__HELP_MAX_NS && pf__hooks_any_thread(&l->cfg);
 }
 
+/* Autotune's pf_next loading (at.help) ends at once when two timed loads
+   in a row take over twice what it is for (PF__INLINE_MAX_S), not at the
+   end of the period: an outside trial saw pf_next load 17-30 batches of
+   2 ms after the loads turned dear (60 ms of the caller's time), as the
+   period ran out. Two: one can be a page fault or a preemption. The
+   workers come back (the ones before a trial of pf_next alone, else at
+   least one) and the period starts afresh. Lock held. */
+static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
+    uint32_t n;
+    if (!l->at.help) return;
+    if (took < (uint64_t)(2 * PF__INLINE_MAX_S * 1e9)) {
+        l->at.dear_loads = 0;
+        return;
+    }
+    if (++l->at.dear_loads < 2) return;
+    l->at.dear_loads = 0;
+    n = l->at.active ? l->at.active : l->at.before ? l->at.before : 1;
+    l->at.help = l->at.help_trial = l->at.park_trial = l->at.park_last = l->at.park_failed = false;
+    l->at.park_quiet = false;
+    pf__set_active(l, n, "", 0, 0);
+    pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u workers: loads got dearer (pf_next's last two took %.0f us "
+               "and more): pf_next stops loading", (unsigned)n, pf__sec(took) * 1e6);
+    pf__at_period_start(l, end, l->st.wait_input_ns + l->st.wait_copy_ns); /* one starts afresh */
+}
+
 /* pf_next loads (pf__may_help, or autotune found a load cheaper than
    handing a batch over between threads, at.help): when the next batch is
    not ready, pf_next claims the next
@@ -3422,6 +3448,7 @@ static bool pf__load_inline(pf_loader *l) {
         l->at.inline_est = l->at.inline_est ? l->at.inline_est - l->at.inline_est / 4 + (end - now) / 4 : end - now;
         if (!l->at.inline_est) l->at.inline_est = 1;
         pf__wait_ends(l, PF__WAIT_INPUT, end);
+        pf__help_dear(l, end, end - now);
     } else {
         if (!l->st.waiters) l->st.untimed_ns += est; /* else a waiting pf_next's span covers it */
         l->st.last_fresh = true; /* no clock read in pf_next's frame either */

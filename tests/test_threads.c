@@ -1162,6 +1162,51 @@ static void test_a_failed_help_trial_tries_pf_next_alone(void) {
     pf_destroy(l);
 }
 
+/* Autotune's pf_next loading ends at once when loads turn dear (two
+   timed loads in a row over 100 us), not at the end of its period: here
+   pf_next loads every batch with the workers parked, and every load
+   sleeps 1 ms. The workers are back after pf_next's second load (a third
+   may start before the workers' first is ready); waiting for the period
+   (32 batches and 20 ms) it loaded 20 or more. Bounded: 60 loads of 1 ms. */
+typedef struct dear_run {
+    uint32_t by_next; /* loads on the caller's thread: only it writes */
+} dear_run;
+static int dear_1ms(void *user, pf_job *job) {
+    dear_run *d = (dear_run *)user;
+    if (job->worker == 2) d->by_next++; /* num_workers: pf_next's record */
+    t_sleep_us(1000);
+    job->bytes = 8;
+    return 0;
+}
+static void test_pf_next_stops_loading_when_loads_turn_dear(void) {
+    pf_config cfg = t_config_base(60, 1, 8, 1);
+    dear_run d = {0};
+    pf_loader *l;
+    pf_stats st;
+    cfg.load = dear_1ms;
+    cfg.user = &d;
+    cfg.num_workers = 2;
+    cfg.autotune = 1;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    pf__set_active(l, 0, "test", 0, 0); /* pf_next alone, as if cheap loads had led there */
+    l->at.help = true;
+    l->at.before = 2;
+    l->at.inline_load = 1e-7;
+    pf__unlock(&l->sync.mu);
+    for (uint64_t k = 0; k < 60; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    pf_get_stats(l, &st);
+    pf_destroy(l);
+    CHECKF(d.by_next <= 4, "pf_next loaded %u of 60 dear batches itself", d.by_next);
+    CHECKF(st.workers_active == 2, "%u workers active after help ended", st.workers_active);
+}
+
 /* Consumers that wait back to back (several threads in pf_next on a slow
    load) never let the wait span close: the waiting still shows as it
    happens, in pf_get_stats and in autotune's periods, not 0 until the
@@ -1759,6 +1804,7 @@ static const h_test tests[] = {
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
+    {"pf_next_stops_loading_when_loads_turn_dear", test_pf_next_stops_loading_when_loads_turn_dear},
     {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
