@@ -521,7 +521,9 @@ typedef struct pf_stats {
     double occupancy;          /* mean fraction of host slots filled and waiting,
                                   seen at each pf_next                           */
     uint32_t workers_active;   /* workers allowed to load now (autotune: its choice;
-                                  0: pf_next loads each batch itself)           */
+                                  0: pf_next loads each batch itself; fewer
+                                  than num_workers without autotune: loads
+                                  never sleep, one worker a CPU)              */
     uint64_t next_loads;       /* batches pf_next loaded itself (autotune, when a
                                   load costs less than a handoff between
                                   threads); counted in wait_input_s (of loads
@@ -5642,6 +5644,9 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
     else if (l && l->cfg.autotune)
         pf__format(workers, sizeof workers, " \xc2\xb7 %u worker%s (auto)", (unsigned)s.workers_active,
                    s.workers_active == 1 ? "" : "s");
+    else if (l && s.workers_active < s.num_workers) /* the CPU cap (pf__cpu_cap) */
+        pf__format(workers, sizeof workers, " \xc2\xb7 %u of %u workers (CPU loads)", (unsigned)s.workers_active,
+                   (unsigned)s.num_workers);
     /* right after PF_END_OF_EPOCH the consumer's epoch is the next one, with
        nothing of it delivered: name the epoch that ended */
     if (s.batch == 0 && s.epoch > 0)

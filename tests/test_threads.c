@@ -1301,8 +1301,12 @@ static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
         CHECK_EQ(b.batch, k);
         CHECK_EQ(pf_release(l, &b), PF_OK);
         if (k == 480 || k == 980 || k == 1499) {
+            char line[256];
             pf_get_stats(l, &st);
             active[k / 500] = st.workers_active;
+            pf_stats_format(l, line, sizeof line);
+            CHECKF((strstr(line, "2 of 4 workers (CPU loads)") != NULL) == (st.workers_active == 2), "%u active: %s",
+                   st.workers_active, line);
             pf__lock(&l->sync.mu);
             if (h_verbose || active[k / 500] != (k / 500 == 1 ? 4u : 2u))
                 printf("    batch %u: %u active, %u loads asked, slept %u/1024\n", (unsigned)k, active[k / 500],
