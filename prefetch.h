@@ -380,7 +380,8 @@ typedef struct pf_config {
     uint32_t num_workers;      /* [4, or 16 with autotune] load threads (1 .. 1024);
                                   with autotune, the most it may use. More
                                   than CPUs, with loads that never sleep
-                                  (all CPU): as many as CPUs load at a time,
+                                  (all CPU): as many as CPUs load at a time
+                                  (one more where pf_next does not load),
                                   the rest park until loads sleep again
                                   (pf_stats.workers_active)                   */
     uint32_t host_slots;       /* [2 * num_workers + 1, or up to 64 while they
@@ -523,7 +524,7 @@ typedef struct pf_stats {
     uint32_t workers_active;   /* workers allowed to load now (autotune: its choice;
                                   0: pf_next loads each batch itself; fewer
                                   than num_workers without autotune: loads
-                                  never sleep, one worker a CPU)              */
+                                  never sleep, a worker a CPU, see num_workers) */
     uint64_t next_loads;       /* batches pf_next loaded itself (autotune, when a
                                   load costs less than a handoff between
                                   threads); counted in wait_input_s (of loads
@@ -2823,14 +2824,26 @@ static void pf__autotune(pf_loader *l) {
    while the others fill the ring: 4 workers reading shuffled records from
    the page cache on the 2-core VM ran at 0.79-0.87 of 4 threads of plain
    preads, 2 at 0.92-0.93 of 2. Decided on the loads' own word (they slept
-   or not, pf__sleeps), smoothed with hysteresis: capped under 1 in 32
-   loads asked sleeping, over 1 in 8 not (a read from the page cache here
-   slept once in 2000). Not with autotune, which counts its own workers.
-   Lock held. */
+   or not, pf__sleeps), smoothed over 16 and with hysteresis: capped under
+   1 in 32 loads asked sleeping, lifted over 1 in 4 (a read from the page
+   cache here slept once in 2000; an outside trial's load sleeping 1 in 50
+   flapped 100 times a second when one sleep in 8 lifted it). Not with
+   autotune, which counts its own workers. Lock held. */
 #define PF__CAP_ASK_NS 2000u   /* asking costs two system calls, 1 us each here: */
 #define PF__CAP_EVERY 8u       /* 1 load in 8 is asked, of 1 in 10 times the  */
 #define PF__CAP_DEAR_NS (10u * PF__CAP_EVERY * PF__CAP_ASK_NS) /* asking or more; cheaper, rarer */
 #define PF__CAP_SAMPLES 8u     /* loads asked before the first verdict     */
+static bool pf__may_help(const pf_loader *l); /* >>backend host */
+/* How many may load at once: a worker a CPU where pf_next loads too (the
+   caller is the one more loader that fills a core while a worker waits
+   for the lock, a slot or the scheduler), else one more than CPUs. On the
+   2-core VM, 8 workers of 50 us CPU loads with pf_next loading: 30.4-30.6k
+   batches/s uncapped, 36.2-38.6k at 2, 35.0-37.4k at 3; 256 KiB preads
+   from the page cache 5.2-8.2 GB/s, 17.8-18.5 at 2, 13.3-14.9 at 3. With
+   worker_init set (pf_next never loads) and 200 us loads: 9.4-9.6k, 8.7-
+   8.8k at 2 (a worker's wait left a core idle), 9.5-9.8k at 3. */
+static uint32_t pf__cap_n(const pf_loader *l) { return l->sync.ncpu + (pf__may_help(l) ? 0u : 1u); } /* lock held */
+/* where the cap can matter: fields fixed at pf_create, read without the lock */
 static bool pf__cap_may(const pf_loader *l) { return !l->cfg.autotune && l->cfg.num_workers > l->sync.ncpu; }
 /* This worker's next load is asked (where it can matter: more workers
    than cores, none set by autotune): 1 in 8 loads of 160 us or more, so
@@ -2843,16 +2856,20 @@ static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
     return w->nloads++ % every == 0;
 }
 static void pf__cpu_cap(pf_loader *l, bool slept) {
-    uint32_t share = l->ring.slept_share;
-    share = share - share / 8 + (slept ? 1024u / 8 : 0);
+    uint32_t share = l->ring.slept_share, n = pf__cap_n(l);
+    share = share - share / 16 + (slept ? 1024u / 16 : 0);
     l->ring.slept_share = share;
+    if (n > l->cfg.num_workers) n = l->cfg.num_workers;
     if (l->ring.cap_samples < PF__CAP_SAMPLES) l->ring.cap_samples++;
     if (!l->ring.capped && l->ring.cap_samples >= PF__CAP_SAMPLES && share < 1024u / 32) {
         l->ring.capped = true;
-        l->at.active = l->sync.ncpu; /* the rest park at their next claim */
+        l->at.active = n; /* the rest park at their next claim */
         pf__format(l->at.msg, sizeof l->at.msg, "workers: loads never sleep and %u CPUs: %u of %u workers load at a time",
-                   (unsigned)l->sync.ncpu, (unsigned)l->sync.ncpu, (unsigned)l->cfg.num_workers);
-    } else if (l->ring.capped && share > 1024u / 8) {
+                   (unsigned)l->sync.ncpu, (unsigned)n, (unsigned)l->cfg.num_workers);
+    } else if (l->ring.capped && share <= 1024u / 4 && n != l->at.active) { /* pf_next began or stopped loading */
+        if (n > l->at.active) pf__wake(l, PF__ROLE_PARKED);
+        l->at.active = n;
+    } else if (l->ring.capped && share > 1024u / 4) {
         l->ring.capped = false;
         l->at.active = l->cfg.num_workers;
         pf__wake(l, PF__ROLE_PARKED);
