@@ -3408,16 +3408,20 @@ static bool pf__may_help(const pf_loader *l) {
 }
 
 /* Autotune's pf_next loading (at.help) ends at once when two timed loads
-   in a row take over twice what it is for (PF__INLINE_MAX_S), not at the
+   in a row take over twice what it is for (PF__HELP_DEAR_NS: twice
+   PF__INLINE_MAX_S), not at the
    end of the period: an outside trial saw pf_next load 17-30 batches of
    2 ms after the loads turned dear (60 ms of the caller's time), as the
    period ran out. Two: one can be a page fault or a preemption. The
    workers come back (the ones before a trial of pf_next alone, else at
    least one) and the period starts afresh. Lock held. */
+#ifndef PF__HELP_DEAR_NS /* tests raise it: under a sanitizer a load may take that */
+#define PF__HELP_DEAR_NS ((uint64_t)(2 * PF__INLINE_MAX_S * 1e9))
+#endif
 static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
     uint32_t n;
     if (!l->at.help) return;
-    if (took < (uint64_t)(2 * PF__INLINE_MAX_S * 1e9)) {
+    if (took < PF__HELP_DEAR_NS) {
         l->at.dear_loads = 0;
         return;
     }

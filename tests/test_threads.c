@@ -19,6 +19,7 @@ static int fail_thread_at, threads_started;
 /* pf_next loads by default when loads are cheap (under 50 us): here,
    whatever a sanitizer makes them cost, so that no timing decides it */
 #define PF__HELP_MAX_NS 10000000000u
+#define PF__HELP_DEAR_NS 50000000u /* and 50 ms, not 100 us, ending it for loads turned dear */
 #define PF__PARK_TRY_S 1.0 /* and trying pf_next alone after a failed help trial */
 static unsigned t_ncpu; /* not 0: the CPUs a loader made now believes it has */
 #define PF__CPU_COUNT() (t_ncpu ? t_ncpu : pf__cpu_count())
@@ -1163,27 +1164,28 @@ static void test_a_failed_help_trial_tries_pf_next_alone(void) {
 }
 
 /* Autotune's pf_next loading ends at once when loads turn dear (two
-   timed loads in a row over 100 us), not at the end of its period: here
-   pf_next loads every batch with the workers parked, and every load
-   sleeps 1 ms. The workers are back after pf_next's second load (a third
-   may start before the workers' first is ready); waiting for the period
-   (32 batches and 20 ms) it loaded 20 or more. Bounded: 60 loads of 1 ms. */
+   timed loads in a row over PF__HELP_DEAR_NS, 50 ms here), not at the end
+   of its period: here pf_next loads every batch with the workers parked,
+   and every load sleeps 60 ms. The workers are back after pf_next's
+   second load (a third may start before the workers' first is ready);
+   waiting for the period (32 batches and 20 ms) it loaded all 20.
+   Bounded: 20 loads of 60 ms, 2 workers. */
 typedef struct dear_run {
     uint32_t by_next; /* loads on the caller's thread: only it writes */
 } dear_run;
-static int dear_1ms(void *user, pf_job *job) {
+static int dear_60ms(void *user, pf_job *job) {
     dear_run *d = (dear_run *)user;
     if (job->worker == 2) d->by_next++; /* num_workers: pf_next's record */
-    t_sleep_us(1000);
+    t_sleep_us(60000);
     job->bytes = 8;
     return 0;
 }
 static void test_pf_next_stops_loading_when_loads_turn_dear(void) {
-    pf_config cfg = t_config_base(60, 1, 8, 1);
+    pf_config cfg = t_config_base(20, 1, 8, 1);
     dear_run d = {0};
     pf_loader *l;
     pf_stats st;
-    cfg.load = dear_1ms;
+    cfg.load = dear_60ms;
     cfg.user = &d;
     cfg.num_workers = 2;
     cfg.autotune = 1;
@@ -1195,7 +1197,7 @@ static void test_pf_next_stops_loading_when_loads_turn_dear(void) {
     l->at.before = 2;
     l->at.inline_load = 1e-7;
     pf__unlock(&l->sync.mu);
-    for (uint64_t k = 0; k < 60; k++) {
+    for (uint64_t k = 0; k < 20; k++) {
         pf_batch b;
         CHECK_EQ(pf_next(l, &b), PF_OK);
         CHECK_EQ(b.batch, k);
@@ -1203,7 +1205,7 @@ static void test_pf_next_stops_loading_when_loads_turn_dear(void) {
     }
     pf_get_stats(l, &st);
     pf_destroy(l);
-    CHECKF(d.by_next <= 4, "pf_next loaded %u of 60 dear batches itself", d.by_next);
+    CHECKF(d.by_next <= 4, "pf_next loaded %u of 20 dear batches itself", d.by_next);
     CHECKF(st.workers_active == 2, "%u workers active after help ended", st.workers_active);
 }
 
