@@ -2831,7 +2831,7 @@ static void pf__autotune(pf_loader *l) {
    autotune, which counts its own workers. Lock held. */
 #define PF__CAP_ASK_NS 2000u   /* asking costs two system calls, 1 us each here: */
 #define PF__CAP_EVERY 8u       /* 1 load in 8 is asked, of 1 in 10 times the  */
-#define PF__CAP_DEAR_NS (10u * PF__CAP_EVERY * PF__CAP_ASK_NS) /* asking or more; cheaper, rarer */
+#define PF__CAP_DEAR_NS ((uint64_t)10 * PF__CAP_EVERY * PF__CAP_ASK_NS) /* asking or more; cheaper, rarer */
 #define PF__CAP_SAMPLES 8u     /* loads asked before the first verdict     */
 static bool pf__may_help(const pf_loader *l); /* >>backend host */
 /* How many may load at once: a worker a CPU where pf_next loads too (the
@@ -2852,7 +2852,7 @@ static bool pf__cap_may(const pf_loader *l) { return !l->cfg.autotune && l->cfg.
 static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
     uint64_t every;
     if (!pf__cap_may(l) || w->id >= l->cfg.num_workers || w->est_ns < PF__CAP_ASK_NS) return false;
-    every = w->est_ns >= PF__CAP_DEAR_NS ? PF__CAP_EVERY : PF__CAP_EVERY * PF__CAP_DEAR_NS / w->est_ns;
+    every = w->est_ns >= PF__CAP_DEAR_NS ? PF__CAP_EVERY : (uint64_t)PF__CAP_EVERY * PF__CAP_DEAR_NS / w->est_ns;
     return w->nloads++ % every == 0;
 }
 static void pf__cpu_cap(pf_loader *l, bool slept) {
@@ -2935,7 +2935,8 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     s->slept = -1;
     if (sleeps >= 0) {
         long after = pf__sleeps();
-        if (after >= 0) s->slept = after > sleeps;
+        /* cppcheck-suppress knownConditionTrueFalse ; -1 only where getrusage cannot say */
+        if (after >= 0) s->slept = (signed char)(after > sleeps ? 1 : 0);
     }
     now += s->call_ns;
     PF__RANGE_POP();
