@@ -1411,6 +1411,8 @@ typedef struct pf__ring {
     uint32_t cap_samples;        /* loads asked if they slept (pf__cpu_cap)... */
     uint32_t slept_share;        /* ...and the share that did, smoothed, of 1024 */
     bool capped;                 /* only ncpu workers load: the loads never sleep */
+    bool cap_plus;               /* ...and one more, pf_next not loading (pf__cap_n) */
+    uint32_t cap_flip;           /* asked loads in a row that would turn cap_plus */
     uint32_t timed_sleepers;     /* host consumers in a sleep of at most PF__TAKER_HOLD_NS */
     bool taker_held;             /* a ready batch did not wake it (pf__wake_taker_ready) */
     bool hold_expired;           /* such a sleep ended with nothing ready: the next
@@ -2101,6 +2103,10 @@ static void pf__wake_takers(pf_loader *l) {
    waits for the loads either way), in fewer, longer sleeps; one slower
    than them never sleeps. A spinning consumer is pulsed at once. */
 #define PF__TAKER_HOLD_NS 200000u
+/* pf_next loads below this (pf__may_help, >>backend host) */
+#ifndef PF__HELP_MAX_NS /* tests raise it: under a sanitizer no load is cheap */
+#define PF__HELP_MAX_NS PF__TAKER_HOLD_NS
+#endif
 static void pf__wake_taker_ready(pf_loader *l, uint64_t now, uint64_t load_ns) {
     uint32_t want = l->ring.wake_batch;
     if (l->ops->taker == PF__ROLE_CONSUMER && l->sync.waiting[PF__ROLE_CONSUMER] &&
@@ -2833,7 +2839,7 @@ static void pf__autotune(pf_loader *l) {
 #define PF__CAP_EVERY 8u       /* 1 load in 8 is asked, of 1 in 10 times the  */
 #define PF__CAP_DEAR_NS ((uint64_t)10 * PF__CAP_EVERY * PF__CAP_ASK_NS) /* asking or more; cheaper, rarer */
 #define PF__CAP_SAMPLES 8u     /* loads asked before the first verdict     */
-static bool pf__may_help(const pf_loader *l); /* >>backend host */
+static bool pf__may_load(const pf_loader *l); /* >>backend host */
 /* How many may load at once: a worker a CPU where pf_next loads too (the
    caller is the one more loader that fills a core while a worker waits
    for the lock, a slot or the scheduler), else one more than CPUs. On the
@@ -2841,8 +2847,22 @@ static bool pf__may_help(const pf_loader *l); /* >>backend host */
    batches/s uncapped, 36.2-38.6k at 2, 35.0-37.4k at 3; 256 KiB preads
    from the page cache 5.2-8.2 GB/s, 17.8-18.5 at 2, 13.3-14.9 at 3. With
    worker_init set (pf_next never loads) and 200 us loads: 9.4-9.6k, 8.7-
-   8.8k at 2 (a worker's wait left a core idle), 9.5-9.8k at 3. */
-static uint32_t pf__cap_n(const pf_loader *l) { return l->sync.ncpu + (pf__may_help(l) ? 0u : 1u); } /* lock held */
+   8.8k at 2 (a worker's wait left a core idle), 9.5-9.8k at 3. Whether
+   pf_next loads turns on the loads' cost (PF__HELP_MAX_NS), itself
+   stretched by the cap (loads sharing a core take longer by the clock),
+   so this turns to one more at the limit but back only under half of it,
+   and only after
+   PF__CAP_SAMPLES asked loads in a row say so (cap_plus, cap_flip):
+   loads near the limit flipped 2 and 3 workers a hundred times a second
+   in an outside trial, each time waking the parked ones, 2.8% slower
+   than no cap. Lock held. */
+static uint32_t pf__cap_n(pf_loader *l) {
+    uint64_t limit = l->ring.cap_plus ? PF__HELP_MAX_NS / 2 : PF__HELP_MAX_NS;
+    bool plus = !(pf__may_load(l) && l->ring.load_est < limit);
+    if (plus == l->ring.cap_plus) l->ring.cap_flip = 0;
+    else if (++l->ring.cap_flip >= PF__CAP_SAMPLES) l->ring.cap_plus = plus, l->ring.cap_flip = 0;
+    return l->sync.ncpu + (l->ring.cap_plus ? 1u : 0u);
+}
 /* where the cap can matter: fields fixed at pf_create, read without the lock */
 static bool pf__cap_may(const pf_loader *l) { return !l->cfg.autotune && l->cfg.num_workers > l->sync.ncpu; }
 /* This worker's next load is asked (where it can matter: more workers
@@ -3400,12 +3420,11 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
    and 0.86-0.88. Unknown loads (none finished yet) are not cheap. With
    autotune too; its trial (at.help) goes further, loading whenever it
    pays, or with no workers at all. */
-#ifndef PF__HELP_MAX_NS /* tests raise it: under a sanitizer no load is cheap */
-#define PF__HELP_MAX_NS PF__TAKER_HOLD_NS
-#endif
+static bool pf__may_load(const pf_loader *l) { /* whatever the loads cost */
+    return !l->cfg.workers_only && !l->cfg.timeout_ms && l->ops->taker == PF__ROLE_CONSUMER && pf__hooks_any_thread(&l->cfg);
+}
 static bool pf__may_help(const pf_loader *l) {
-    return !l->cfg.workers_only && !l->cfg.timeout_ms && l->ops->taker == PF__ROLE_CONSUMER && l->ring.load_est &&
-           l->ring.load_est < PF__HELP_MAX_NS && pf__hooks_any_thread(&l->cfg);
+    return pf__may_load(l) && l->ring.load_est && l->ring.load_est < PF__HELP_MAX_NS;
 }
 
 /* Autotune's pf_next loading (at.help) ends at once when two timed loads
