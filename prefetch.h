@@ -2669,7 +2669,11 @@ static void pf__autotune(pf_loader *l) {
     /* a period in which the consumer hardly waited (a pause in the loop,
        an evaluation) judges no trial of pf_next loading: it stays on
        trial (a trial of help, four such periods at most) */
-    if (l->at.park_trial && !l->at.park_quiet && waited <= 0.01) return; /* park_quiet: the consumer did not wait before either */
+    /* park_quiet: the consumer did not wait before either; park_last: with
+       the workers parked the waits are pf_next's own loads, none when they
+       cost nothing next to the step, and a trial that waits for a wait
+       would stay on for good, the worker rules skipped */
+    if (l->at.park_trial && !l->at.park_quiet && !l->at.park_last && waited <= 0.01) return;
     if (l->at.help_trial && waited <= 0.01) {
         /* pf_next found every batch ready: nothing to judge. Four such
            periods in a row (the workers keep the ring full, or a long

@@ -1124,16 +1124,19 @@ static void test_a_help_trial_ends_when_nothing_waits(void) {
    help ends as the first failure would have ended it: the workers are
    back, and no trial comes again until the backoff has passed. Both
    verdicts are forced (a throughput before of 1e9 batches/s), so no
-   timing decides them; loads of 1 us keep the consumer waiting, so
-   every period is judged. Bounded: 10 s by the clock. */
-static int spin_1us(void *user, pf_job *job) {
+   timing decides them; loads of 20 us keep the consumer waiting, so
+   every period is judged (with 1 us loads, under TSan and the simulated
+   CUDA runtime the workers kept up, and the quiet-trial rule ended help
+   instead). PF__PARK_TRY_S is raised for the suite: a load that cheap.
+   Bounded: 10 s by the clock. */
+static int spin_20us(void *user, pf_job *job) {
     (void)user;
-    spin_ns(1000);
+    spin_ns(20000);
     job->bytes = 8;
     return 0;
 }
 static void test_a_failed_help_trial_tries_pf_next_alone(void) {
-    pf_loader *l = on_help_trial(UINT64_C(1) << 40, spin_1us); /* every trial fails */
+    pf_loader *l = on_help_trial(UINT64_C(1) << 40, spin_20us); /* every trial fails */
     bool parked_last = false, ended = false;
     uint64_t k = 0;
     double t0 = t_now_s();
