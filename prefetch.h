@@ -968,7 +968,7 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #endif
 #if defined(__linux__)
 #include <sys/mman.h>     /* huge pages for host slots (pf__slot_block) */
-#include <sys/resource.h> /* a load that slept (pf__slept) */
+#include <sys/resource.h> /* a load that slept (pf__sleeps) */
 #endif
 
 /* >>threads --------------------------------------------------------------- */
@@ -1513,7 +1513,7 @@ typedef struct pf__tuner {
                               pf_next from other threads waits meanwhile */
     uint32_t inline_n;     /* loads pf_next made: 1 in PF__INLINE_TIMED is timed */
     uint64_t inline_est;   /* the timed ones' duration, smoothed (ns)          */
-    uint32_t dear_loads;   /* timed ones in a row over 2 * PF__INLINE_MAX_S (pf__help_dear) */
+    uint32_t dear_loads;   /* timed ones in a row over PF__HELP_DEAR_NS (pf__help_dear) */
     char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
 } pf__tuner;
 
@@ -2005,10 +2005,11 @@ static bool pf__cpu_free(const pf_loader *l) {
     return !l->sync.stopping && threads <= blocked + l->sync.ncpu;
 }
 
-/* Did this thread sleep, since `before` (its voluntary context switches,
-   as the kernel counts them)? A load that never does is all CPU (a
-   decode, a read from the page cache): more of them at once than cores
-   only take turns (pf__cpu_cap). -1: unknown. */
+/* How many times this thread has slept (its voluntary context switches,
+   as the kernel counts them); -1: unknown. Read before and after a load:
+   one that never sleeps is all CPU (a decode, a read from the page
+   cache), and more of them at once than cores only take turns
+   (pf__cpu_cap). */
 static long pf__sleeps(void) {
 #if defined(__linux__)
     struct rusage ru;
@@ -2828,7 +2829,8 @@ static void pf__autotune(pf_loader *l) {
 /* >>workers --------------------------------------------------------------- */
 /* More workers than cores, and loads that never sleep (all CPU: a decode,
    a read from the page cache): only as many workers as cores load at a
-   time, the others park (as autotune parks them) until loads sleep again
+   time (one more where pf_next does not load, pf__cap_n), the others park
+   (as autotune parks them) until loads sleep again
    (a disk, a network). More would only take turns on the cores, and in
    order the next batch waits for a worker the scheduler took off its core
    while the others fill the ring: 4 workers reading shuffled records from
@@ -2855,11 +2857,10 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
    pf_next loads turns on the loads' cost (PF__HELP_MAX_NS), itself
    stretched by the cap (loads sharing a core take longer by the clock),
    so this turns to one more at the limit but back only under half of it,
-   and only after
-   PF__CAP_SAMPLES asked loads in a row say so (cap_plus, cap_flip):
-   loads near the limit flipped 2 and 3 workers a hundred times a second
-   in an outside trial, each time waking the parked ones, 2.8% slower
-   than no cap. Lock held. */
+   and only after PF__CAP_SAMPLES asked loads in a row say so (cap_plus,
+   cap_flip): loads near the limit flipped 2 and 3 workers a hundred
+   times a second in an outside trial, each time waking the parked ones,
+   2.8% slower than no cap. Lock held. */
 static uint32_t pf__cap_n(pf_loader *l) {
     uint64_t limit = l->ring.cap_plus ? PF__HELP_MAX_NS / 2 : PF__HELP_MAX_NS;
     bool plus = !(pf__may_load(l) && l->ring.load_est < limit);
@@ -3433,10 +3434,9 @@ static bool pf__may_help(const pf_loader *l) {
 
 /* Autotune's pf_next loading (at.help) ends at once when two timed loads
    in a row take over twice what it is for (PF__HELP_DEAR_NS: twice
-   PF__INLINE_MAX_S), not at the
-   end of the period: an outside trial saw pf_next load 17-30 batches of
-   2 ms after the loads turned dear (60 ms of the caller's time), as the
-   period ran out. Two: one can be a page fault or a preemption. The
+   PF__INLINE_MAX_S), not at the end of the period: an outside trial saw
+   pf_next load 17-30 batches of 2 ms after the loads turned dear (60 ms
+   of the caller's time), as the period ran out. Two: one can be a page fault or a preemption. The
    workers come back (the ones before a trial of pf_next alone, else at
    least one) and the period starts afresh. Lock held. */
 #ifndef PF__HELP_DEAR_NS /* tests raise it: under a sanitizer a load may take that */
@@ -3454,7 +3454,7 @@ static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
     n = l->at.active ? l->at.active : l->at.before ? l->at.before : 1;
     l->at.help = l->at.help_trial = l->at.park_trial = l->at.park_last = l->at.park_failed = false;
     l->at.park_quiet = false;
-    pf__set_active(l, n, "", 0, 0);
+    pf__set_active(l, n, "", 0, 0); /* its message, with no period's figures to give, is replaced: */
     pf__format(l->at.msg, sizeof l->at.msg, "autotune: %u workers: loads got dearer (pf_next's last two took %.0f us "
                "and more): pf_next stops loading", (unsigned)n, pf__sec(took) * 1e6);
     pf__at_period_start(l, end, l->st.wait_input_ns + l->st.wait_copy_ns); /* one starts afresh */
