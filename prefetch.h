@@ -2108,6 +2108,10 @@ static void pf__wake_takers(pf_loader *l) {
 #ifndef PF__HELP_MAX_NS /* tests raise it: under a sanitizer no load is cheap */
 #define PF__HELP_MAX_NS PF__TAKER_HOLD_NS
 #endif
+/* ...or when the batch it waits for is further off than a load less this */
+#ifndef PF__HELP_LATE_NS /* tests raise it: a sanitizer's wake-up takes longer */
+#define PF__HELP_LATE_NS PF__TAKER_HOLD_NS
+#endif
 static void pf__wake_taker_ready(pf_loader *l, uint64_t now, uint64_t load_ns) {
     uint32_t want = l->ring.wake_batch;
     if (l->ops->taker == PF__ROLE_CONSUMER && l->sync.waiting[PF__ROLE_CONSUMER] &&
@@ -3422,14 +3426,42 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
    Shuffled 4 KiB records, 64 preads a batch (100-150 us), were left to
    the workers at a limit of 50 us: 2 workers ran at 0.73-0.79 of plain
    preads, autotune at 0.52-0.56; with pf_next loading them, 0.92-0.93
-   and 0.86-0.88. Unknown loads (none finished yet) are not cheap. With
+   and 0.86-0.88. Unknown loads (none finished yet) are not cheap. A
+   dearer load is taken on when the batch pf_next waits for is further off
+   than that load less PF__HELP_LATE_NS (its worker began it just now, or
+   no worker has): that batch is late by no more, as with a cheap one.
+   With 2 and 4 workers the consumer otherwise slept through loads its
+   workers had just begun: tar shards of 100 KiB samples (1.6 MB, 200-400
+   us a batch) went from 0.79-0.87 and 0.81-0.86 of plain preads to
+   0.88-0.97 and 0.85-0.94, autotune from 0.75-1.00 to 0.95-1.04. With
    autotune too; its trial (at.help) goes further, loading whenever it
    pays, or with no workers at all. */
 static bool pf__may_load(const pf_loader *l) { /* whatever the loads cost */
     return !l->cfg.workers_only && !l->cfg.timeout_ms && l->ops->taker == PF__ROLE_CONSUMER && pf__hooks_any_thread(&l->cfg);
 }
+/* How long until the batch the caller waits for is loaded, by its
+   worker's start and the loads' smoothed time (unordered: the first of
+   this epoch's loads to end); UINT64_MAX where no worker has it (pf_next
+   would claim that very batch). Lock held. */
+static uint64_t pf__next_due(const pf_loader *l, uint64_t now) {
+    uint64_t due = UINT64_MAX;
+    uint32_t i;
+    for (i = 0; i < l->ring.nslots; i++) {
+        const pf__slot *s = &l->ring.slots[i];
+        uint64_t end = s->started_ns + l->ring.load_est;
+        if (s->state != PF__SLOT_LOADING || s->b.epoch != l->take.epoch || (!l->cfg.unordered && s->seq != l->take.taken))
+            continue;
+        end = end > now ? end - now : 0;
+        if (end < due) due = end;
+    }
+    return due;
+}
 static bool pf__may_help(const pf_loader *l) {
-    return pf__may_load(l) && l->ring.load_est && l->ring.load_est < PF__HELP_MAX_NS;
+    uint64_t due;
+    if (!pf__may_load(l) || !l->ring.load_est) return false;
+    if (l->ring.load_est < PF__HELP_MAX_NS) return true;
+    due = pf__next_due(l, pf__now_ns());
+    return due == UINT64_MAX || l->ring.load_est < due + PF__HELP_LATE_NS;
 }
 
 /* Autotune's pf_next loading (at.help) ends at once when two timed loads

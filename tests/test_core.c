@@ -5,6 +5,10 @@
    on the consumer stream and every access is checked for ordering. */
 #define _POSIX_C_SOURCE 200809L
 #define PREFETCH_IMPLEMENTATION
+/* pf_next loads a dear batch when the one it waits for is further off than
+   that load less this: 20 ms here, not 200 us, so that a sanitizer's slow
+   wake-up does not decide it (test_late_help) */
+#define PF__HELP_LATE_NS 20000000u
 /* The library's assertions count here instead of aborting, so a broken
    invariant fails the test that broke it (and the suite's last check) with
    the assertion's text; every other PF_ASSERT stays armed. */
@@ -1265,7 +1269,67 @@ static void test_slot_moves_are_checked(void) {
     t_asserts_failed = 0;
 }
 
+/* Loads dearer than PF__HELP_MAX_NS (60 ms) are the workers' alone,
+   unless the batch pf_next waits for is further off than a load less
+   PF__HELP_LATE_NS (20 ms here): then pf_next loads the next unclaimed
+   one, and the batch it waits for is late by no more than that. A
+   consumer asking at once finds its next batch just begun (the worker
+   claims it as it publishes the last), so pf_next loads some; one that
+   steps 40 ms first finds it 20 ms off at most, and pf_next loads none.
+   Host backend: the CUDA backend's pf_next never loads. */
+typedef struct late_help {
+    pthread_t consumer;
+    unsigned by_caller;
+} late_help;
+static int late_help_load(void *user, pf_job *job) {
+    late_help *h = (late_help *)user;
+    uint64_t *w = (uint64_t *)job->host;
+    w[0] = job->batch;
+    w[1] = pthread_equal(pthread_self(), h->consumer) ? 1u : 0u;
+    t_sleep_us(60000);
+    job->bytes = 16;
+    return 0;
+}
+static void run_late_help(unsigned step_ms) {
+    const uint64_t n = 12;
+    late_help h;
+    pf_config cfg = t_config_base(n, 1, 16, 1);
+    pf_loader *l;
+    pf_stats st;
+    uint64_t by_caller = 0;
+    h.consumer = pthread_self();
+    h.by_caller = 0;
+    cfg.load = late_help_load;
+    cfg.user = &h;
+    cfg.num_workers = 1;
+    cfg.host_slots = 8; /* the worker never waits for a slot: it has claimed each batch pf_next waits for */
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 0; /* pf_next loads only without one; the harness's watchdog bounds the run */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    for (uint64_t k = 0; k < n; k++) {
+        pf_batch b;
+        const uint64_t *w;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        w = (const uint64_t *)b.data;
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(w[0], k);
+        by_caller += w[1];
+        if (step_ms) t_sleep_us(step_ms * 1000u);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    pf_get_stats(l, &st);
+    CHECK_EQ(st.next_loads, by_caller);
+    if (step_ms) CHECKF(by_caller == 0, "pf_next loaded %llu batches", (unsigned long long)by_caller);
+    else CHECKF(by_caller >= 1, "pf_next loaded %llu batches", (unsigned long long)by_caller);
+    pf_destroy(l);
+}
+static void test_late_help(void) {
+    run_late_help(0);
+    run_late_help(40);
+}
+
 static const h_test tests[] = {
+    {"pf_next_loads_dear_batches_only_when_not_late", test_late_help},
     {"cpu_count_follows_the_affinity_mask", test_cpu_count_follows_the_affinity_mask},
     {"empty_failure_message_is_not_misreported", test_empty_failure_message_is_not_misreported},
     {"size_check_counts_the_backends_slots", test_size_check_counts_the_backends_slots},
