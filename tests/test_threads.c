@@ -1375,6 +1375,37 @@ static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
     CHECKF(changes == 0, "loads sleeping 1 in 50: the worker count changed %u times after batch 600", changes);
 }
 
+/* Cheap CPU loads (5 us): the cap comes within each worker's first few
+   loads, not after hundreds (at 1 in 256 asked, 8 asked loads took 2048:
+   4 workers of 3-5 us token windows ran uncapped through most of a run).
+   cfg.timeout_ms: the workers load every batch, one more than CPUs. */
+static int cheap_spin(void *user, pf_job *job) {
+    (void)user;
+    spin_ns(5000);
+    job->bytes = 8;
+    return 0;
+}
+static void test_cpu_cap_comes_early_for_cheap_loads(void) {
+    pf_config cfg = t_config_base(400, 1, 8, 1);
+    pf_loader *l;
+    pf_stats st;
+    cfg.load = cheap_spin;
+    cfg.num_workers = 4;
+    cfg.backend = PF_BACKEND_HOST;
+    t_ncpu = 2;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    t_ncpu = 0;
+    for (uint64_t k = 0; k < 300; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    pf_get_stats(l, &st);
+    CHECKF(st.workers_active == 3, "300 cheap CPU loads: %u workers active, not 3", st.workers_active);
+    pf_destroy(l);
+}
+
 /* Three threads in pf_next and a load that fails: every one of them
    returns the load's error, and every pf_next after it too. One used to
    sleep for ever: showing the error to one consumer woke no other, and a
@@ -1847,6 +1878,7 @@ static const h_test tests[] = {
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
+    {"cpu_cap_comes_early_for_cheap_loads", test_cpu_cap_comes_early_for_cheap_loads},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
     {"autotune_leaves_out_what_loaded_before_the_first_pf_next", test_autotune_leaves_out_what_loaded_before_the_first_pf_next},
