@@ -2878,17 +2878,17 @@ static bool pf__cap_may(const pf_loader *l) { return !l->cfg.autotune && l->cfg.
    than cores, none set by autotune): 1 in 8 loads of 160 us or more, so
    the asking costs under 1/80 of the loads; cheaper ones as rarely as
    keeps it so (a 4 us load, 1 in 400); none under 2 us. A worker's first
-   PF__CAP_FIRST are all asked, so that the verdict comes in a few loads,
-   not hundreds: at 1 in 400, 4 workers of llm.c token windows (3-5 us
+   PF__CAP_SAMPLES are all asked, so that the verdict comes in a few loads,
+   not hundreds (even where one worker makes them all, as one can in its
+   time slice): at 1 in 400, 4 workers of llm.c token windows (3-5 us
    loads) ran uncapped through most of reader_bench's run. */
-#define PF__CAP_FIRST 4u
 static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
     uint64_t every;
     uint32_t n;
     if (!pf__cap_may(l) || w->id >= l->cfg.num_workers || w->est_ns < PF__CAP_ASK_NS) return false;
     every = w->est_ns >= PF__CAP_DEAR_NS ? PF__CAP_EVERY : (uint64_t)PF__CAP_EVERY * PF__CAP_DEAR_NS / w->est_ns;
     n = w->nloads++;
-    return n < PF__CAP_FIRST || n % every == 0;
+    return n < PF__CAP_SAMPLES || n % every == 0;
 }
 static void pf__cpu_cap(pf_loader *l, bool slept) {
     uint32_t share = l->ring.slept_share, n = pf__cap_n(l);

@@ -1377,7 +1377,8 @@ static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
 
 /* Cheap CPU loads (5 us): the cap comes within each worker's first few
    loads, not after hundreds (at 1 in 256 asked, 8 asked loads took 2048:
-   4 workers of 3-5 us token windows ran uncapped through most of a run).
+   4 workers of 3-5 us token windows ran uncapped through most of a run),
+   even where one worker makes all 300 in its time slice (a loaded box).
    cfg.timeout_ms: the workers load every batch, one more than CPUs. */
 static int cheap_spin(void *user, pf_job *job) {
     (void)user;
