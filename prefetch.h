@@ -3072,7 +3072,13 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         claim = pf__claim(l, w, now, &s);
         if (claim != PF__CLAIM_OK && l->ring.taker_held) pf__wake_takers(l); /* it waited for this worker's next */
         if (claim == PF__CLAIM_DONE) break;
-        if (claim == PF__CLAIM_PARKED) { /* until autotune wants this worker again */
+        if (claim == PF__CLAIM_PARKED) { /* until autotune (or the CPU cap) wants this worker again */
+            /* The wake that brought it here may have been meant for a
+               worker that claims: one free slot wakes one waiting worker,
+               any of them, and the count just went down. Passed on, or
+               the workers that may claim sleep beside a free slot (the
+               fuzz corpus: 7 workers capped to 3, 1 slot, a hang). */
+            pf__wake_workers(l, true);
             if (w->live) { /* its state goes while it is parked, on its own thread */
                 pf__unlock_wake(l);
                 pf__worker_down(l, w);

@@ -1407,6 +1407,34 @@ static void test_cpu_cap_comes_early_for_cheap_loads(void) {
     pf_destroy(l);
 }
 
+/* Workers parked by the cap while waiting for a slot: one free slot wakes
+   one waiting worker, any of them, and one that must now park used to
+   take the wake with it, leaving the workers that may claim asleep beside
+   the free slot (the fuzz corpus hung so on the simulated CUDA backend).
+   7 workers capped to 3, a ring of 1 slot; a hang times out. */
+static void test_a_parking_worker_passes_its_wake_on(void) {
+    for (int run = 0; run < 5; run++) {
+        pf_config cfg = t_config_base(400, 1, 8, 1);
+        pf_loader *l;
+        cfg.load = cheap_spin;
+        cfg.num_workers = 7;
+        cfg.host_slots = 1;
+        cfg.timeout_ms = 10000; /* a lost wake-up fails here, not in the watchdog */
+        t_ncpu = 2;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        t_ncpu = 0;
+        for (uint64_t k = 0; k < 400; k++) {
+            pf_batch b;
+            pf_result r = pf_next(l, &b);
+            CHECKF(r == PF_OK, "batch %llu: %s", (unsigned long long)k, pf_error(l));
+            if (r != PF_OK) break;
+            CHECK_EQ(b.batch, k);
+            CHECK_EQ(pf_release(l, &b), PF_OK);
+        }
+        pf_destroy(l);
+    }
+}
+
 /* Three threads in pf_next and a load that fails: every one of them
    returns the load's error, and every pf_next after it too. One used to
    sleep for ever: showing the error to one consumer woke no other, and a
@@ -1880,6 +1908,7 @@ static const h_test tests[] = {
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"cpu_cap_comes_early_for_cheap_loads", test_cpu_cap_comes_early_for_cheap_loads},
+    {"a_parking_worker_passes_its_wake_on", test_a_parking_worker_passes_its_wake_on},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
     {"autotune_leaves_out_what_loaded_before_the_first_pf_next", test_autotune_leaves_out_what_loaded_before_the_first_pf_next},
