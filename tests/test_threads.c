@@ -1288,6 +1288,14 @@ static int spin_or_sleep(void *user, pf_job *job) {
     job->bytes = 8;
     return 0;
 }
+/* pf_create, the loader told the machine has 2 CPUs (PF__CPU_COUNT) */
+static pf_loader *t_create_2cpus(const pf_config *cfg) {
+    pf_loader *l = NULL;
+    t_ncpu = 2;
+    CHECK_EQ(pf_create(cfg, &l), PF_OK);
+    t_ncpu = 0;
+    return l;
+}
 /* expect: the workers loading while loads are all CPU */
 static void cap_phases(bool next_loads, uint32_t expect) {
     pf_config cfg = t_config_base(2000, 1, 8, 1);
@@ -1304,9 +1312,7 @@ static void cap_phases(bool next_loads, uint32_t expect) {
     cfg.backend = PF_BACKEND_HOST;
     if (next_loads) cfg.timeout_ms = 0; /* the harness's watchdog bounds it */
     snprintf(want, sizeof want, "%u of 4 workers (CPU loads)", (unsigned)expect);
-    t_ncpu = 2;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    t_ncpu = 0;
+    l = t_create_2cpus(&cfg);
     for (uint64_t k = 0; k < 2000; k++) {
         pf_batch b;
         CHECK_EQ(pf_next(l, &b), PF_OK);
@@ -1357,9 +1363,7 @@ static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
     cfg.load = rarely_sleeps;
     cfg.num_workers = 4;
     cfg.backend = PF_BACKEND_HOST;
-    t_ncpu = 2;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    t_ncpu = 0;
+    l = t_create_2cpus(&cfg);
     for (uint64_t k = 0; k < 2000; k++) {
         pf_batch b;
         pf_stats st;
@@ -1393,9 +1397,7 @@ static void test_cpu_cap_comes_early_for_cheap_loads(void) {
     cfg.load = cheap_spin;
     cfg.num_workers = 4;
     cfg.backend = PF_BACKEND_HOST;
-    t_ncpu = 2;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    t_ncpu = 0;
+    l = t_create_2cpus(&cfg);
     for (uint64_t k = 0; k < 300; k++) {
         pf_batch b;
         CHECK_EQ(pf_next(l, &b), PF_OK);
@@ -1420,9 +1422,7 @@ static void test_a_parking_worker_passes_its_wake_on(void) {
         cfg.num_workers = 7;
         cfg.host_slots = 1;
         cfg.timeout_ms = 10000; /* a lost wake-up fails here, not in the watchdog */
-        t_ncpu = 2;
-        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-        t_ncpu = 0;
+        l = t_create_2cpus(&cfg);
         for (uint64_t k = 0; k < 400; k++) {
             pf_batch b;
             pf_result r = pf_next(l, &b);
