@@ -1874,6 +1874,7 @@ static int fail_in_a_reused_slot(void *user, pf_job *job) {
 }
 
 static void test_a_failure_in_a_reused_slot_is_its_own(void) {
+    int injected = 0;
     for (int it = 0; it < 300; it++) {
         slot_fail f;
         pf_config cfg;
@@ -1892,12 +1893,21 @@ static void test_a_failure_in_a_reused_slot_is_its_own(void) {
             CHECK_EQ(pf_release(l, &b), PF_OK);
         }
         pthread_mutex_lock(&f.mu);
-        CHECKF(r == PF_ERR_LOAD && got == f.failed, "iteration %d: batch %llu failed, pf_next delivered %llu and said %d: %s",
-               it, (unsigned long long)f.failed, (unsigned long long)got, (int)r, pf_error(l));
+        if (f.failed == UINT64_MAX) /* worker 1 never loaded into worker 0's last slot: every batch, then the end */
+            CHECKF(r == PF_END_OF_EPOCH && got == 100000, "iteration %d: no batch failed, pf_next delivered %llu and "
+                   "said %d: %s", it, (unsigned long long)got, (int)r, pf_error(l));
+        else
+            CHECKF(r == PF_ERR_LOAD && got == f.failed, "iteration %d: batch %llu failed, pf_next delivered %llu and "
+                   "said %d: %s", it, (unsigned long long)f.failed, (unsigned long long)got, (int)r, pf_error(l));
+        injected += f.failed != UINT64_MAX;
         pthread_mutex_unlock(&f.mu);
         pf_destroy(l);
         pthread_mutex_destroy(&f.mu);
     }
+    /* the scheduler decides whether worker 1 reuses worker 0's slot (2 runs
+       in 300 under TSan on a busy box it did not); most runs must */
+    if (h_verbose) printf("    the failure was injected in %d runs of 300\n", injected);
+    CHECKF(injected >= 150, "the failure was injected in %d runs of 300", injected);
 }
 
 static const h_test tests[] = {
