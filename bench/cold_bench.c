@@ -38,7 +38,7 @@
 typedef struct store {
     int fd;
     bool direct;
-    unsigned char *bufs[WORKERS]; /* per worker, aligned for O_DIRECT */
+    unsigned char *bufs[WORKERS + 1]; /* per worker and pf_next's (job->worker == WORKERS), aligned for O_DIRECT */
 } store;
 
 static double now_s(void) {
@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
     st.fd = open(path, O_RDONLY | O_DIRECT);
     st.direct = st.fd >= 0;
     if (!st.direct) st.fd = open(path, O_RDONLY);
-    for (unsigned w = 0; w < WORKERS; w++)
+    for (unsigned w = 0; w <= WORKERS; w++)
         if (posix_memalign((void **)&st.bufs[w], 4096, (size_t)MAXRUN * RECORD) != 0) return 1;
     printf("{\"bench\":\"cold_storage\",\"records\":%llu,\"record_bytes\":%u,\"batch\":%u,\"workers\":%u,"
            "\"read\":\"%s\"}\n",
@@ -196,6 +196,6 @@ int main(int argc, char **argv) {
     }
     close(st.fd);
     unlink(path);
-    for (unsigned w = 0; w < WORKERS; w++) free(st.bufs[w]);
+    for (unsigned w = 0; w <= WORKERS; w++) free(st.bufs[w]);
     return 0;
 }
