@@ -1810,7 +1810,10 @@ static bool pf__hooks_any_thread(const pf_config *c) {
    in pf_next lost a wake-up when this was a flag). The consumer role is
    woken with a broadcast, since its waiters wait for different things
    (the next batch, a batch's copy); the stager and retirer are one thread
-   each; workers get one signal or a broadcast, see pf__wake_workers.
+   each; workers get one signal or a broadcast, see pf__wake_workers. A
+   signal wakes any one worker, and not all may claim (one past the active
+   count must park): one woken that parks passes it on (pf__worker_main),
+   or a free slot waits beside workers that may claim it.
    4. Before it waits, a consumer, the stager, or a worker on a ring under 8 slots
       (larger ones wake workers a batch of slots at a time), may spin a
       little (pf__spin), because a sleep and a wake cost 10-40 us on a VM
