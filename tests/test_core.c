@@ -1269,8 +1269,8 @@ static void test_slot_moves_are_checked(void) {
     t_asserts_failed = 0;
 }
 
-/* Loads dearer than PF__HELP_MAX_NS (60 ms) are the workers' alone,
-   unless the batch pf_next waits for is further off than a load less
+/* Loads dearer than PF__HELP_MAX_NS (60 ms, against 200 us) are the
+   workers' alone, unless the batch pf_next waits for is further off than a load less
    PF__HELP_LATE_NS (20 ms here): then pf_next loads the next unclaimed
    one, and the batch it waits for is late by no more than that. A
    consumer asking at once finds its next batch just begun (the worker
@@ -1279,7 +1279,6 @@ static void test_slot_moves_are_checked(void) {
    Host backend: the CUDA backend's pf_next never loads. */
 typedef struct late_help {
     pthread_t consumer;
-    unsigned by_caller;
 } late_help;
 static int late_help_load(void *user, pf_job *job) {
     late_help *h = (late_help *)user;
@@ -1298,7 +1297,6 @@ static void run_late_help(unsigned step_ms) {
     pf_stats st;
     uint64_t by_caller = 0;
     h.consumer = pthread_self();
-    h.by_caller = 0;
     cfg.load = late_help_load;
     cfg.user = &h;
     cfg.num_workers = 1;
