@@ -1112,7 +1112,11 @@ static void test_fault_while_input_bound_reaches_pf_next(void) {
     CHECK(cudaSimLaunchFault(c.stream) == cudaSuccess);
     CHECK(cudaStreamSynchronize(c.stream) == cudaErrorIllegalAddress); /* it has happened */
     CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA); /* at once: batch 3 is still stuck in load */
-    CHECK_CONTAINS(pf_error(c.l), "pf_next: cuda"); /* the call that answered it: cudaSetDevice may */
+    /* the call that answered it: pf_next's own (cudaSetDevice may), or the
+       retirer's, when its event sync saw the sticky fault first (1 run in
+       some hundreds under ASan in a full make test) */
+    CHECKF(strstr(pf_error(c.l), "pf_next: cuda") || strstr(pf_error(c.l), "retirer: cuda"), "got \"%s\"",
+           pf_error(c.l));
     CHECK_CONTAINS(pf_error(c.l), "illegal memory access");
     CHECK_EQ(pf_next(c.l, &b), PF_ERR_CUDA);
     t_gate_open(&t);
