@@ -3152,22 +3152,34 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
 }
 
 /* >>consumer -------------------------------------------------------------- */
+/* The load the taker waits for: the next batch in order (or, unordered,
+   the oldest load of its epoch); NULL where no worker has begun it. Lock
+   held. */
+static const pf__slot *pf__awaited(const pf_loader *l) {
+    const pf__slot *late = NULL;
+    uint32_t i;
+    for (i = 0; i < l->ring.nslots; i++) {
+        const pf__slot *s = &l->ring.slots[i];
+        if (s->state == PF__SLOT_LOADING && s->b.epoch == l->take.epoch &&
+            (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->take.taken))
+            late = s;
+    }
+    return late;
+}
+
 /* Why is the next batch late? For PF_TIMEOUT messages (lock held). The
    consumer waits for the stager's slot if one is staging (CUDA), else for
-   the next batch in order (or, unordered, the oldest load of its epoch). */
+   pf__awaited's load. */
 static void pf__describe_late(pf_loader *l, char *dst, size_t size) {
     uint32_t loading = 0, ready = 0, copying = 0, i;
-    pf__slot *late = NULL, *staging = NULL;
+    const pf__slot *late = pf__awaited(l), *staging = NULL;
     uint64_t now = pf__now_ns();
     for (i = 0; i < l->ring.nslots; i++) {
-        pf__slot *s = &l->ring.slots[i];
+        const pf__slot *s = &l->ring.slots[i];
         loading += s->state == PF__SLOT_LOADING;
         ready += s->state == PF__SLOT_READY;
         copying += s->state == PF__SLOT_COPYING;
         if (s->state == PF__SLOT_STAGING) staging = s;
-        if (s->state == PF__SLOT_LOADING && s->b.epoch == l->take.epoch &&
-            (l->cfg.unordered ? !late || s->started_ns < late->started_ns : s->seq == l->take.taken))
-            late = s;
     }
     if (staging) { /* CUDA only: loaded, waiting for a device slot */
         pf__format(dst, size, "epoch %llu batch %llu is loaded and waits for a free device slot (the consumer "
@@ -3454,22 +3466,15 @@ static pf_result pf__next_done(pf_loader *l, pf_result r, bool progress) {
 static bool pf__may_load(const pf_loader *l) { /* whatever the loads cost */
     return !l->cfg.workers_only && !l->cfg.timeout_ms && l->ops->taker == PF__ROLE_CONSUMER && pf__hooks_any_thread(&l->cfg);
 }
-/* How long until the batch the caller waits for is loaded, by its
-   worker's start and the loads' smoothed time (unordered: the first of
-   this epoch's loads to end); UINT64_MAX where no worker has it (pf_next
-   would claim that very batch). Lock held. */
+/* How long until the batch the caller waits for is loaded (pf__awaited),
+   by its worker's start and the loads' smoothed time; UINT64_MAX where no
+   worker has it (pf_next would claim that very batch). Lock held. */
 static uint64_t pf__next_due(const pf_loader *l, uint64_t now) {
-    uint64_t due = UINT64_MAX;
-    uint32_t i;
-    for (i = 0; i < l->ring.nslots; i++) {
-        const pf__slot *s = &l->ring.slots[i];
-        uint64_t end = s->started_ns + l->ring.load_est;
-        if (s->state != PF__SLOT_LOADING || s->b.epoch != l->take.epoch || (!l->cfg.unordered && s->seq != l->take.taken))
-            continue;
-        end = end > now ? end - now : 0;
-        if (end < due) due = end;
-    }
-    return due;
+    const pf__slot *s = pf__awaited(l);
+    uint64_t end;
+    if (!s) return UINT64_MAX;
+    end = s->started_ns + l->ring.load_est;
+    return end > now ? end - now : 0;
 }
 static bool pf__may_help(const pf_loader *l) {
     uint64_t due;
