@@ -379,11 +379,13 @@ typedef struct pf_config {
     uint32_t epochs;           /* [0 = until pf_destroy]                        */
     uint32_t num_workers;      /* [4, or 16 with autotune] load threads (1 .. 1024);
                                   with autotune, the most it may use. More
-                                  than CPUs, with loads that never sleep
+                                  loaders than CPUs (pf_next is one where it
+                                  may load), with loads that never sleep
                                   (all CPU): as many as CPUs load at a time
-                                  (one more where pf_next does not load),
-                                  the rest park until loads sleep again
-                                  (pf_stats.workers_active)                   */
+                                  (one fewer while your thread keeps a CPU
+                                  busy, one more where pf_next does not
+                                  load), the rest park until loads sleep
+                                  again (pf_stats.workers_active)             */
     uint32_t host_slots;       /* [2 * num_workers + 1, or up to 64 while they
                                   fit in 2 MiB] (1 .. 4096); with autotune
                                   the most the ring grows to                   */
@@ -1412,6 +1414,10 @@ typedef struct pf__ring {
     uint32_t slept_share;        /* ...and the share that did, smoothed, of 1024 */
     bool capped;                 /* only ncpu workers load: the loads never sleep */
     bool cap_plus;               /* ...and one more, pf_next not loading (pf__cap_n) */
+    bool cap_busy;               /* ...or one less: the caller keeps a CPU busy */
+    const void *caller;          /* the caller's thread (pf__thread_tag), as last
+                                    measured (pf__cap_caller)... */
+    uint64_t caller_t0, caller_cpu0; /* ...when, and its CPU time then */
     uint32_t cap_flip;           /* asked loads in a row that would turn cap_plus */
     uint32_t timed_sleepers;     /* host consumers in a sleep of at most PF__TAKER_HOLD_NS */
     bool taker_held;             /* a ready batch did not wake it (pf__wake_taker_ready) */
@@ -2023,6 +2029,21 @@ static long pf__sleeps(void) {
     return -1;
 #endif
 }
+
+/* This thread's CPU time (ns), UINT64_MAX where the platform cannot say;
+   and a thread-local whose address names the thread that reads it. */
+static uint64_t pf__thread_cpu_ns(void) {
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+    return UINT64_MAX;
+}
+static PF__THREAD_LOCAL char pf__thread_tag;
+#ifndef PF__THREAD_CPU_NS /* tests may say what it reads */
+#define PF__THREAD_CPU_NS pf__thread_cpu_ns
+#endif
 
 /* A spin that paid doubles the role's budget, one that did not halves it. */
 static void pf__spin_adapt(pf_loader *l, int role, uint32_t budget, bool paid) {
@@ -2834,9 +2855,11 @@ static void pf__autotune(pf_loader *l) {
 }
 
 /* >>workers --------------------------------------------------------------- */
-/* More workers than cores, and loads that never sleep (all CPU: a decode,
-   a read from the page cache): only as many workers as cores load at a
-   time (one more where pf_next does not load, pf__cap_n), the others park
+/* More loaders than cores (pf_next is one where it may load), and loads
+   that never sleep (all CPU: a decode, a read from the page cache): only
+   as many workers as cores load at a time (one fewer while the caller
+   keeps a CPU busy, one more where pf_next does not load: pf__cap_n), the
+   others park
    (as autotune parks them) until loads sleep again
    (a disk, a network). More would only take turns on the cores, and in
    order the next batch waits for a worker the scheduler took off its core
@@ -2867,16 +2890,51 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
    and only after PF__CAP_SAMPLES asked loads in a row say so (cap_plus,
    cap_flip): loads near the limit flipped 2 and 3 workers a hundred
    times a second in an outside trial, each time waking the parked ones,
-   2.8% slower than no cap. Lock held. */
+   2.8% slower than no cap. Where pf_next loads and the caller's thread
+   keeps a CPU busy (pf__cap_caller: it loads in pf_next, or its step
+   computes), it is a loader too: a worker a CPU but one. On the 2-core
+   VM, 4 workers with pf_next: shuffled 4 KiB records 0.94-0.96 of 4
+   threads of plain preads -> 1.01-1.03, in order 0.98-1.03 -> 1.03-1.08,
+   llm.c token windows 0.57-0.72 -> 0.82-0.84; 50 us CPU loads under a
+   30 us computing step 21.4k -> 23.5k batches/s (2 workers: 20.3k ->
+   23.6k, 5 us loads alone 281k -> 314k). A caller whose step sleeps (a
+   GPU sync) leaves its core to the workers: 180 us loads under such a
+   step ran at 9.6k with 2 loading, 7.0k with 1. Lock held. */
 static uint32_t pf__cap_n(pf_loader *l) {
     uint64_t limit = l->ring.cap_plus ? PF__HELP_MAX_NS / 2 : PF__HELP_MAX_NS;
     bool plus = !(pf__may_load(l) && l->ring.load_est < limit);
     if (plus == l->ring.cap_plus) l->ring.cap_flip = 0;
     else if (++l->ring.cap_flip >= PF__CAP_SAMPLES) l->ring.cap_plus = plus, l->ring.cap_flip = 0;
-    return l->sync.ncpu + (l->ring.cap_plus ? 1u : 0u);
+    if (l->ring.cap_plus) return l->sync.ncpu + 1u;
+    return l->ring.cap_busy && l->sync.ncpu > 1 ? l->sync.ncpu - 1u : l->sync.ncpu;
 }
-/* where the cap can matter: fields fixed at pf_create, read without the lock */
-static bool pf__cap_may(const pf_loader *l) { return !l->cfg.autotune && l->cfg.num_workers > l->sync.ncpu; }
+/* where the cap can matter (fields fixed at pf_create, read without the
+   lock): more loaders than CPUs, pf_next one of them when it may load */
+static bool pf__cap_may(const pf_loader *l) {
+    return !l->cfg.autotune && l->cfg.num_workers + (pf__may_load(l) ? 1u : 0u) > l->sync.ncpu;
+}
+/* Does the caller keep a CPU busy? Its thread's CPU time over the clock,
+   every 64 batches over a window of at least PF__CAP_CALLER_NS (two clock
+   reads, a few hundred ns): busy over 0.6, no longer under 0.4. A window
+   begun on another thread (several call pf_next) is started afresh.
+   pf_next's frame calls it, lock held. */
+#define PF__CAP_CALLER_NS 5000000u
+static void pf__cap_caller(pf_loader *l) {
+    uint64_t now, cpu;
+    bool same = l->ring.caller == &pf__thread_tag;
+    if (l->st.batches % 64) return;
+    now = pf__now_ns();
+    if (same && now - l->ring.caller_t0 < PF__CAP_CALLER_NS) return;
+    cpu = PF__THREAD_CPU_NS();
+    if (cpu == UINT64_MAX) return; /* unknown: the cap counts workers alone */
+    if (same && cpu >= l->ring.caller_cpu0) {
+        double share = (double)(cpu - l->ring.caller_cpu0) / (double)(now - l->ring.caller_t0);
+        l->ring.cap_busy = l->ring.cap_busy ? share > 0.4 : share > 0.6;
+    }
+    l->ring.caller = &pf__thread_tag;
+    l->ring.caller_t0 = now;
+    l->ring.caller_cpu0 = cpu;
+}
 /* This worker's next load is asked (where it can matter: more workers
    than cores, none set by autotune): 1 in 8 loads of 160 us or more, so
    the asking costs under 1/80 of the loads; cheaper ones as rarely as
@@ -2902,9 +2960,10 @@ static void pf__cpu_cap(pf_loader *l, bool slept) {
     if (!l->ring.capped && l->ring.cap_samples >= PF__CAP_SAMPLES && share < 1024u / 32) {
         l->ring.capped = true;
         l->at.active = n; /* the rest park at their next claim */
-        pf__format(l->at.msg, sizeof l->at.msg, "workers: loads never sleep and %u CPUs: %u of %u workers load at a time",
-                   (unsigned)l->sync.ncpu, (unsigned)n, (unsigned)l->cfg.num_workers);
-    } else if (l->ring.capped && share <= 1024u / 4 && n != l->at.active) { /* pf_next began or stopped loading */
+        if (n < l->cfg.num_workers)
+            pf__format(l->at.msg, sizeof l->at.msg, "workers: loads never sleep and %u CPUs: %u of %u workers load at a time",
+                       (unsigned)l->sync.ncpu, (unsigned)n, (unsigned)l->cfg.num_workers);
+    } else if (l->ring.capped && share <= 1024u / 4 && n != l->at.active) { /* pf_next or the caller changed */
         if (n > l->at.active) pf__wake(l, PF__ROLE_PARKED);
         l->at.active = n;
     } else if (l->ring.capped && share > 1024u / 4) {
@@ -3424,6 +3483,7 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     l->st.last_fresh = false;
     *progress = r == PF_OK && l->cfg.progress && l->st.batches % l->cfg.progress_every == 0;
     if (r == PF_OK && l->cfg.autotune) pf__autotune(l);
+    else if (r == PF_OK && pf__cap_may(l)) pf__cap_caller(l);
     msg[0] = '\0';
     if (l->at.msg[0]) { /* autotune changed the worker count: say so */
         memcpy(msg, l->at.msg, sizeof msg);

@@ -23,6 +23,9 @@ static int fail_thread_at, threads_started;
 #define PF__PARK_TRY_S 1.0 /* and trying pf_next alone after a failed help trial */
 static unsigned t_ncpu; /* not 0: the CPUs a loader made now believes it has */
 #define PF__CPU_COUNT() (t_ncpu ? t_ncpu : pf__cpu_count())
+/* not below 0: the share of the clock the caller's thread is said to use */
+static double t_cpu_share = -1;
+#define PF__THREAD_CPU_NS() (t_cpu_share >= 0 ? (uint64_t)((double)pf__now_ns() * t_cpu_share) : pf__thread_cpu_ns())
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 #include "util.h"
@@ -1279,7 +1282,8 @@ static void test_overlapping_waits_show_as_they_happen(void) {
    order throughout. The test says the machine has 2 CPUs (sync.ncpu), so
    that it does not depend on the one it runs on. Where pf_next does not
    load (cfg.timeout_ms), one worker more than CPUs may load, 3 of 4;
-   where it does, a worker a CPU, 2 of 4. Loads spin 200 us (1 in 8 is asked whether it slept)
+   where it does, a worker a CPU, 2 of 4, and one less while the caller's
+   thread keeps a CPU busy (said so here: t_cpu_share), 1. Loads spin 200 us (1 in 8 is asked whether it slept)
    or sleep 100 us by the clock; after the sleeping ones the cap takes
    some 54 loads asked to come back (smoothed over 16), so the last CPU
    phase is longer. Bounded: 2 x 2000 loads, 0.6 s of spinning. */
@@ -1305,7 +1309,7 @@ static pf_loader *t_create_2cpus(const pf_config *cfg) {
     return l;
 }
 /* expect: the workers loading while loads are all CPU */
-static void cap_phases(bool next_loads, uint32_t expect) {
+static void cap_phases(bool next_loads, double caller_share, uint32_t expect) {
     pf_config cfg = t_config_base(2000, 1, 8, 1);
     cap_run r;
     pf_loader *l;
@@ -1321,6 +1325,7 @@ static void cap_phases(bool next_loads, uint32_t expect) {
     if (next_loads) cfg.timeout_ms = 0; /* the harness's watchdog bounds it */
     snprintf(want, sizeof want, "%u of 4 workers (CPU loads)", (unsigned)expect);
     l = t_create_2cpus(&cfg);
+    t_cpu_share = caller_share;
     for (uint64_t k = 0; k < 2000; k++) {
         pf_batch b;
         CHECK_EQ(pf_next(l, &b), PF_OK);
@@ -1342,6 +1347,7 @@ static void cap_phases(bool next_loads, uint32_t expect) {
         }
     }
     pf_destroy(l);
+    t_cpu_share = -1;
     CHECKF(active[0] == expect, "CPU loads: %u workers active, not %u", active[0], expect);
     CHECKF(active[1] == 4, "sleeping loads: %u workers active of 4", active[1]);
     CHECKF(active[2] == expect, "CPU loads again: %u workers active, not %u", active[2], expect);
@@ -1366,8 +1372,9 @@ static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
     pf_config cfg = t_config_base(2000, 1, 8, 1);
     pf_loader *l;
     uint32_t changes = 0, last = 0;
-    cap_phases(false, 3); /* cfg.timeout_ms: pf_next does not load, one worker more than CPUs */
-    cap_phases(true, 2);  /* pf_next loads too: a worker a CPU */
+    cap_phases(false, 1.0, 3); /* cfg.timeout_ms: pf_next does not load, one worker more than CPUs */
+    cap_phases(true, 0.0, 2);  /* pf_next loads too: a worker a CPU */
+    cap_phases(true, 1.0, 1);  /* ...and the caller keeps a CPU busy: one less */
     cfg.load = rarely_sleeps;
     cfg.num_workers = 4;
     cfg.backend = PF_BACKEND_HOST;
@@ -1385,6 +1392,51 @@ static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
     pf_destroy(l);
     CHECKF(last == 3, "loads sleeping 1 in 50: %u workers active, not 3", last);
     CHECKF(changes == 0, "loads sleeping 1 in 50: the worker count changed %u times after batch 600", changes);
+}
+
+/* The caller counts as a loader under the cap only while its thread keeps
+   a CPU busy, as its own CPU clock says: said busy first (t_cpu_share),
+   1 of 4 workers load; then, on its real clock, with a step that sleeps
+   (a GPU sync), its core goes back to the workers: 2 of 4, within a few
+   of its 5 ms windows. The loads spin 200 us; 2 CPUs; pf_next loads. */
+static uint32_t cap_until(pf_loader *l, uint64_t *k, uint64_t most, unsigned step_us, uint32_t want) {
+    pf_stats st;
+    memset(&st, 0, sizeof st);
+    for (uint64_t end = *k + most; *k < end;) {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, *k);
+        ++*k;
+        if (step_us) t_sleep_us(step_us);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        pf_get_stats(l, &st);
+        if (st.workers_active == want) break;
+    }
+    return st.workers_active;
+}
+static void test_a_caller_whose_step_sleeps_leaves_its_core_to_the_workers(void) {
+    pf_config cfg = t_config_base(3000, 1, 8, 1);
+    pf_loader *l;
+    uint64_t k = 0;
+    uint32_t got;
+    cfg.load = slow_200us;
+    cfg.num_workers = 4;
+    cfg.timeout_ms = 0; /* pf_next loads; the harness's watchdog bounds it */
+    cfg.backend = PF_BACKEND_HOST;
+    l = t_create_2cpus(&cfg);
+    t_cpu_share = 1.0;
+    got = cap_until(l, &k, 1500, 0, 1);
+    t_cpu_share = -1;
+    CHECKF(got == 1, "a busy caller, %llu batches: %u workers active, not 1", (unsigned long long)k, got);
+    if (h_verbose) printf("    1 worker at batch %llu\n", (unsigned long long)k);
+    got = cap_until(l, &k, 1000, 400, 2);
+    CHECKF(got == 2, "a caller sleeping 400 us a step, %llu batches in: %u workers active, not 2",
+           (unsigned long long)k, got);
+    if (h_verbose) printf("    back to 2 workers at batch %llu\n", (unsigned long long)k);
+    pf__lock(&l->sync.mu);
+    CHECKF(!l->ring.cap_busy, "the caller's thread still counted busy at batch %llu", (unsigned long long)k);
+    pf__unlock(&l->sync.mu);
+    pf_destroy(l);
 }
 
 /* Cheap CPU loads (5 us): the cap comes within each worker's first few
@@ -1925,6 +1977,7 @@ static const h_test tests[] = {
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
+    {"a_caller_whose_step_sleeps_leaves_its_core_to_the_workers", test_a_caller_whose_step_sleeps_leaves_its_core_to_the_workers},
     {"cpu_cap_comes_early_for_cheap_loads", test_cpu_cap_comes_early_for_cheap_loads},
     {"a_parking_worker_passes_its_wake_on", test_a_parking_worker_passes_its_wake_on},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
