@@ -1383,6 +1383,7 @@ typedef struct pf__sync {
     uint32_t spin_probe[PF__ROLES]; /* backed off: every 8th spin is a full one */
     uint32_t spinning[PF__ROLES];   /* threads spinning in each role */
     uint32_t ncpu;               /* online CPUs: no more spinners than this */
+    bool cap_may;                /* the CPU cap can matter (pf__cap_may) */
 } pf__sync;
 
 /* (>>ring) the host slots and the queues between workers and the taker */
@@ -2908,10 +2909,12 @@ static uint32_t pf__cap_n(pf_loader *l) {
     if (l->ring.cap_plus) return l->sync.ncpu + 1u;
     return l->ring.cap_busy && l->sync.ncpu > 1 ? l->sync.ncpu - 1u : l->sync.ncpu;
 }
-/* where the cap can matter (fields fixed at pf_create, read without the
-   lock): more loaders than CPUs, pf_next one of them when it may load */
-static bool pf__cap_may(const pf_loader *l) {
-    return !l->cfg.autotune && l->cfg.num_workers + (pf__may_load(l) ? 1u : 0u) > l->sync.ncpu;
+/* Where the cap can matter: more loaders than CPUs, pf_next one of them
+   where it may load. Found once, at pf_create (workers read it without
+   the lock). */
+static bool pf__cap_may(const pf_loader *l) { return l->sync.cap_may; }
+static void pf__cap_init(pf_loader *l) {
+    l->sync.cap_may = !l->cfg.autotune && l->cfg.num_workers + (pf__may_load(l) ? 1u : 0u) > l->sync.ncpu;
 }
 /* Does the caller keep a CPU busy? Its thread's CPU time over the clock,
    every 64 batches over a window of at least PF__CAP_CALLER_NS (two clock
@@ -5513,6 +5516,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->at.floor = 1;
     l->ring.wake_batch = pf__wake_batch(l->ring.nalloc);
     l->sync.ncpu = PF__CPU_COUNT();
+    pf__cap_init(l);
     PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 8u : 0u);
     for (i = 0; i < PF__ROLES; i++) l->sync.spin_ns[i] = l->sync.ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
