@@ -1054,18 +1054,32 @@ static void pf__lock(pf__mutex *m) {
 #endif
 
 /* >>util ------------------------------------------------------------------ */
-/* Monotonic when the POSIX clock is visible (it is not under strict -std=c11
-   unless the including file asked for POSIX); C11 timespec_get otherwise. */
-/* The process's CPU time, all threads (0: unknown here). */
+/* CPU clocks: the process's, all threads (0: unknown here), and this
+   thread's (UINT64_MAX: unknown here). */
+#if defined(CLOCK_PROCESS_CPUTIME_ID) || defined(CLOCK_THREAD_CPUTIME_ID)
+static uint64_t pf__clock_read(clockid_t id, uint64_t unknown) {
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0) return unknown;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#endif
 static uint64_t pf__cpu_ns(void) {
 #if defined(CLOCK_PROCESS_CPUTIME_ID)
-    struct timespec ts;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0)
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-#endif
+    return pf__clock_read(CLOCK_PROCESS_CPUTIME_ID, 0);
+#else
     return 0;
+#endif
+}
+static uint64_t pf__thread_cpu_ns(void) {
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+    return pf__clock_read(CLOCK_THREAD_CPUTIME_ID, UINT64_MAX);
+#else
+    return UINT64_MAX;
+#endif
 }
 
+/* Monotonic when the POSIX clock is visible (it is not under strict -std=c11
+   unless the including file asked for POSIX); C11 timespec_get otherwise. */
 static uint64_t pf__now_ns(void) {
     struct timespec ts;
 #if defined(CLOCK_MONOTONIC)
@@ -2031,16 +2045,7 @@ static long pf__sleeps(void) {
 #endif
 }
 
-/* This thread's CPU time (ns), UINT64_MAX where the platform cannot say;
-   and a thread-local whose address names the thread that reads it. */
-static uint64_t pf__thread_cpu_ns(void) {
-#if defined(CLOCK_THREAD_CPUTIME_ID)
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-#endif
-    return UINT64_MAX;
-}
+/* A thread-local whose address names the thread that reads it. */
 static PF__THREAD_LOCAL char pf__thread_tag;
 #ifndef PF__THREAD_CPU_NS /* tests may say what it reads */
 #define PF__THREAD_CPU_NS pf__thread_cpu_ns
