@@ -2899,9 +2899,10 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
    2.8% slower than no cap. Where pf_next loads and the caller's thread
    keeps a CPU busy (pf__cap_caller: it loads in pf_next, or its step
    computes), it is a loader too: a worker a CPU but one. On the 2-core
-   VM, 4 workers with pf_next: shuffled 4 KiB records 0.94-0.96 of 4
-   threads of plain preads -> 1.01-1.03, in order 0.98-1.03 -> 1.03-1.08,
-   llm.c token windows 0.57-0.72 -> 0.82-0.84; 50 us CPU loads under a
+   VM, 4 workers with pf_next, three runs each: shuffled 4 KiB records
+   0.84-0.95 of 4 threads of plain preads -> 0.97-1.02, in order
+   0.90-1.03 -> 0.95-0.99, llm.c token windows 0.76-0.80 -> 0.83-0.85
+   (reader_bench); 50 us CPU loads under a
    30 us computing step 21.4k -> 23.5k batches/s (2 workers: 20.3k ->
    23.6k, 5 us loads alone 281k -> 314k). A caller whose step sleeps (a
    GPU sync) leaves its core to the workers: 180 us loads under such a
@@ -3491,7 +3492,7 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
     l->st.last_fresh = false;
     *progress = r == PF_OK && l->cfg.progress && l->st.batches % l->cfg.progress_every == 0;
     if (r == PF_OK && l->cfg.autotune) pf__autotune(l);
-    else if (r == PF_OK && pf__cap_may(l)) pf__cap_caller(l);
+    else if (r == PF_OK && pf__cap_may(l) && pf__may_load(l)) pf__cap_caller(l);
     msg[0] = '\0';
     if (l->at.msg[0]) { /* autotune changed the worker count: say so */
         memcpy(msg, l->at.msg, sizeof msg);
