@@ -737,7 +737,8 @@ typedef struct pf_records_config {
                                   the file system refuses it)                 */
     pf_step_fn step;           /* [none: the raw records]                    */
     void *user;                /* for step and path_fn                       */
-    size_t sample_bytes;       /* [record_bytes] what step writes per sample  */
+    size_t sample_bytes;       /* [record_bytes] what step writes per sample
+                                  (without a step: record_bytes)            */
     uint32_t max_files;        /* [4096] the most files path_fn may list     */
 } pf_records_config;
 typedef struct pf_records pf_records;
@@ -759,7 +760,8 @@ typedef struct pf_tokens_config {
     uint32_t B, T;             /* required                                   */
     pf_step_fn step;           /* [none: the raw uint16 tokens]              */
     void *user;
-    size_t sample_bytes;       /* [(B*T+1)*2] what step writes per sample     */
+    size_t sample_bytes;       /* [(B*T+1)*2] what step writes per sample
+                                  (without a step: the raw tokens' size)    */
 } pf_tokens_config;
 typedef struct pf_tokens pf_tokens;
 PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_tokens **out);
@@ -6309,6 +6311,12 @@ static pf_result pf__rd_attach(pf__rd *rd, pf_config *cfg, pf_load_fn load, size
                                "%s_open: batch_size %u samples of %llu bytes do not fit in memory", who,
                                (unsigned)bs, (unsigned long long)sample), PF_ERR_INVALID_ARG);
         cfg->batch_bytes = (size_t)bs * sample;
+    } else if (sample && cfg->batch_bytes < sample) { /* no batch could hold even one: say so now, not at a load */
+        return (pf__format(pf__create_error, sizeof pf__create_error,
+                           "%s_open: cfg.batch_bytes is %llu, but a sample takes up to %llu bytes: no batch "
+                           "could hold one", who,
+                           (unsigned long long)cfg->batch_bytes, (unsigned long long)sample),
+                PF_ERR_INVALID_ARG);
     }
     cfg->load = load;
     cfg->user = rd;
@@ -6488,8 +6496,9 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         pf__format(why, n, "cannot open %s: %s", path, pf__errno_text(errno, err, sizeof err));
         return NULL;
     }
-    if (fstat(fd, &st) != 0) { /* what was opened, should path have changed since the stat */
-        pf__format(why, n, "cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
+    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) { /* what was opened, should path have changed since the stat */
+        if (S_ISDIR(st.st_mode)) pf__format(why, n, "cannot read %s: it is a directory", path);
+        else pf__format(why, n, "cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
         close(fd);
         return NULL;
     }
@@ -6905,6 +6914,8 @@ static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *
                            pf__errno_text(errno, err, sizeof err)),
                 PF_ERR_INVALID_ARG);
     }
+    if (S_ISDIR(st.st_mode))
+        return (pf__format(why, n, "pf_tokens_open: shard %s is a directory", path), PF_ERR_INVALID_ARG);
     if (pf__pread_full(s->fd, h, sizeof h, 0) != (long long)sizeof h)
         return (pf__format(why, n, "pf_tokens_open: shard %s is %lld bytes, shorter than its %u-byte header", path,
                            (long long)st.st_size, PF__TOK_HEADER), PF_ERR_INVALID_ARG);
@@ -6920,7 +6931,14 @@ static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *
                                    "bytes): truncated or corrupt", path, (long long)st.st_size,
                            (unsigned long long)s->ntok, (unsigned long long)(PF__TOK_HEADER + 2 * s->ntok)),
                 PF_ERR_INVALID_ARG);
-    s->steps = s->ntok ? (s->ntok - 1) / (t->world * t->bt) : 0;
+    /* llm.c's loader asserts this of every shard at init; a shard skipped
+       without a word would be data silently left out */
+    if (s->ntok < t->world * t->bt + 1)
+        return (pf__format(why, n, "pf_tokens_open: shard %s holds %llu tokens, fewer than world (%llu) * B * T "
+                                   "(%llu) + 1: not one step (llm.c's loader stops at such a shard too)",
+                           path, (unsigned long long)s->ntok, (unsigned long long)t->world,
+                           (unsigned long long)t->bt), PF_ERR_INVALID_ARG);
+    s->steps = (s->ntok - 1) / (t->world * t->bt);
     return PF_OK;
 }
 
@@ -6967,14 +6985,9 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
         t->sh[i].first = t->total;
         t->total += t->sh[i].steps;
     }
-    if (res == PF_OK && !t->total) {
-        pf__format(why, n, "pf_tokens_open: the %u shards hold no step: each needs more than world (%llu) * B * T "
-                   "(%llu) tokens", (unsigned)t->n, (unsigned long long)t->world, (unsigned long long)t->bt);
-        res = PF_ERR_INVALID_ARG;
-    }
     t->rd.step = tc->step;
     t->rd.step_user = tc->user;
-    t->rd.sample_bytes = tc->sample_bytes ? tc->sample_bytes : (size_t)(t->bt + 1) * 2;
+    t->rd.sample_bytes = tc->step && tc->sample_bytes ? tc->sample_bytes : (size_t)(t->bt + 1) * 2;
     t->rd.buf_bytes = tc->step ? (size_t)(t->bt + 1) * 2 : 0;
     if (res == PF_OK) res = pf__rd_attach(&t->rd, cfg, pf__tok_load, t->rd.sample_bytes, "pf_tokens");
     if (res != PF_OK) {
@@ -7143,6 +7156,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         char err[PF__ERRNO_TEXT];
         PF__TAR_BAD("pf_tar_open: cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
     }
+    if (S_ISDIR(st.st_mode)) PF__TAR_BAD("pf_tar_open: %s is a directory, not a tar shard", path);
     fsize = (uint64_t)st.st_size;
     for (;;) {
         unsigned char h[512];

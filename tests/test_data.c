@@ -1619,7 +1619,7 @@ static void test_tokens_bad_shards_are_named(void) {
     write_tokens(path, 0, 500, 1234, 0);
     expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "bad magic 1234");
     write_tokens(path, 0, 10, 20240520, 0);
-    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "hold no step");
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "holds 10 tokens, fewer than world (1) * B * T (16) + 1");
     tc.B = 0;
     expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "B is 0");
     tc.B = 2;
@@ -1645,6 +1645,18 @@ static void test_tokens_bad_shards_are_named(void) {
     CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
     CHECK(cfg.rank == 0 && cfg.world_size == 1);
     pf_tokens_close(tk);
+    /* sample_bytes says what a step writes: without one the raw tokens are
+       the sample (an outside trial's sample_bytes = 3 sized slots too small
+       for them, and the first pf_next failed) */
+    cfg = t_config_base(0, 4, 0, 1);
+    tc.sample_bytes = 3;
+    CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
+    CHECK_EQ(cfg.batch_bytes, (size_t)4 * (2 * 8 + 1) * 2);
+    pf_tokens_close(tk);
+    tc.sample_bytes = 0;
+    cfg = t_config_base(0, 4, 0, 1);
+    pp[0] = tmpdir;
+    expect_open_error(pf_tokens_open(&tc, &cfg, &tk), "is a directory");
     tmp_end();
 }
 
@@ -1681,6 +1693,13 @@ static void test_records_bad_input_is_named(void) {
     cfg.batch_bytes = 10 * RB; /* sized by the caller: batch_size may come later */
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     pf_records_close(rd);
+    cfg = t_config_base(0, 4, 0, 1);
+    cfg.batch_bytes = RB - 1; /* not one record: said at the open, not at the first load */
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "no batch could hold one");
+    CHECK(cfg.load == NULL);
+    cfg = t_config_base(0, 4, 0, 1);
+    pp[0] = tmpdir;
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "it is a directory");
     cfg = t_config_base(0, 4, 0, 1);
     pp[0] = "/nonexistent/r.bin";
     expect_open_error(pf_records_open(&rc, &cfg, &rd), "cannot open /nonexistent/r.bin");
@@ -1896,6 +1915,8 @@ static void test_tar_corrupt_and_truncated_are_named(void) {
     f = fopen(path, "wb");
     fclose(f);
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "hold no file");
+    pp[0] = tmpdir;
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "is a directory, not a tar shard");
     pp[0] = "/nonexistent.tar";
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "cannot open /nonexistent.tar");
     CHECK_CONTAINS(pf_error(NULL), strerror(ENOENT));
