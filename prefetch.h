@@ -1435,6 +1435,7 @@ typedef struct pf__ring {
     const void *caller;          /* the caller's thread (pf__thread_tag), as last
                                     measured (pf__cap_caller)... */
     uint64_t caller_t0, caller_cpu0; /* ...when, and its CPU time then */
+    double caller_share;         /* its CPU time over the clock, smoothed */
     uint32_t cap_flip;           /* asked loads in a row that would turn cap_plus */
     uint32_t timed_sleepers;     /* host consumers in a sleep of at most PF__TAKER_HOLD_NS */
     bool taker_held;             /* a ready batch did not wake it (pf__wake_taker_ready) */
@@ -2926,9 +2927,13 @@ static void pf__cap_init(pf_loader *l) {
 }
 /* Does the caller keep a CPU busy? Its thread's CPU time over the clock,
    every 64 batches over a window of at least PF__CAP_CALLER_NS (two clock
-   reads, a few hundred ns): busy over 0.6, no longer under 0.4. A window
-   begun on another thread (several call pf_next) is started afresh.
-   pf_next's frame calls it, lock held. */
+   reads, a few hundred ns), smoothed over 4 windows: busy over 0.6, no
+   longer under 0.4. Another process taking turns on the cores lowers it,
+   as it should: the caller then keeps less than a CPU busy (an outside
+   trial's busy loop beside a computing caller flapped it between 1 and 2
+   workers window by window before the smoothing). A window begun on
+   another thread (several call pf_next) is started afresh. pf_next's
+   frame calls it, lock held. */
 #define PF__CAP_CALLER_NS 5000000u
 static void pf__cap_caller(pf_loader *l) {
     uint64_t now, cpu;
@@ -2940,7 +2945,8 @@ static void pf__cap_caller(pf_loader *l) {
     if (cpu == UINT64_MAX) return; /* unknown: the cap counts workers alone */
     if (same && cpu >= l->ring.caller_cpu0) {
         double share = (double)(cpu - l->ring.caller_cpu0) / (double)(now - l->ring.caller_t0);
-        l->ring.cap_busy = l->ring.cap_busy ? share > 0.4 : share > 0.6;
+        l->ring.caller_share = l->ring.caller_share >= 0 ? l->ring.caller_share * 0.75 + share * 0.25 : share;
+        l->ring.cap_busy = l->ring.cap_busy ? l->ring.caller_share > 0.4 : l->ring.caller_share > 0.6;
     }
     l->ring.caller = &pf__thread_tag;
     l->ring.caller_t0 = now;
@@ -3667,8 +3673,9 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         if (l->cons.held == l->ring.nslots ||
             (l->cons.held >= l->ring.nalloc && l->ring.grow_failed && !l->ring.growing))
             return pf__fail(l, PF_ERR_INVALID_STATE,
-                            "pf_next: the caller holds all %u host slots; release a batch first "
-                            "(or raise cfg.host_slots)", (unsigned)l->cons.held);
+                            "pf_next: the caller holds all %u host slots (batches pf_next returned, on any "
+                            "thread, not yet released); release one first (or raise cfg.host_slots: at least "
+                            "one per thread calling pf_next)", (unsigned)l->cons.held);
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
         if (w != PF_OK) return w;
     }
@@ -4644,8 +4651,9 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
         /* nothing staged: with every device slot held, nothing can be */
         if (cu->held == l->cfg.device_slots)
             return pf__fail(l, PF_ERR_INVALID_STATE,
-                            "pf_next: the caller holds all %u device slots; release a batch first "
-                            "(or raise cfg.device_slots)", (unsigned)l->cfg.device_slots);
+                            "pf_next: the caller holds all %u device slots (batches pf_next returned, on any "
+                            "thread, not yet released); release one first (or raise cfg.device_slots: at least "
+                            "one per thread calling pf_next)", (unsigned)l->cfg.device_slots);
         if (on.kind < 0) { /* once per call, and look again: the lock was dropped */
             on = pf__cuda_wait_on(l);
             continue;
@@ -5525,6 +5533,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->ring.wake_batch = pf__wake_batch(l->ring.nalloc);
     l->sync.ncpu = PF__CPU_COUNT();
     pf__cap_init(l);
+    l->ring.caller_share = -1; /* none measured yet */
     PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 8u : 0u);
     for (i = 0; i < PF__ROLES; i++) l->sync.spin_ns[i] = l->sync.ncpu > 1 ? PF_SPIN_MAX_NS : 0;
     *out = l;
