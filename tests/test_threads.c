@@ -791,11 +791,8 @@ static void run_pf_next_loads(bool help) {
     pf__unlock(&l->sync.mu);
     for (uint64_t k = 0; k < 300; k++) {
         pf_batch b;
-        const uint64_t *w;
-        CHECK_EQ(pf_next(l, &b), PF_OK);
-        w = (const uint64_t *)b.data;
-        CHECK_EQ(b.batch, k);
-        CHECK_EQ(w[0], k);
+        const uint64_t *w = t_next_k(l, &b, k);
+        if (!w) break;
         CHECK_EQ(w[2], (uint64_t)(w[1] == workers)); /* the caller's thread iff the extra record */
         if (!help && k >= 5) CHECK_EQ(w[2], 1); /* past what the workers claimed before they parked */
         by_caller += w[2];
@@ -844,13 +841,15 @@ static void spin_ns(long long ns) { /* at least ns by the clock, on the CPU */
     do clock_gettime(CLOCK_MONOTONIC, &t);
     while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < ns);
 }
-static void spin_200us(void) { spin_ns(200000); }
-static int slow_200us(void *user, pf_job *job) {
-    (void)user;
-    spin_200us();
-    job->bytes = 8;
-    return 0;
-}
+/* a load that spins ns on the CPU and delivers 8 bytes */
+#define T_SPIN_LOAD(name, ns)                       \
+    static int name(void *user, pf_job *job) {     \
+        (void)user;                                 \
+        spin_ns(ns);                                \
+        job->bytes = 8;                             \
+        return 0;                                   \
+    }
+T_SPIN_LOAD(slow_200us, 200000)
 static void test_untimed_loads_in_pf_next_still_count(void) {
     const uint64_t n = 20 * PF__INLINE_TIMED;
     pf_loader *l = t_pf_next_loader(n, 8, slow_200us);
@@ -1118,7 +1117,7 @@ static void test_a_help_trial_ends_when_nothing_waits(void) {
         CHECK_EQ(pf_next(l, &b), PF_OK);
         CHECK_EQ(b.batch, k);
         CHECK_EQ(pf_release(l, &b), PF_OK);
-        spin_200us(); /* the step */
+        spin_ns(200000); /* the step */
         pf__lock(&l->sync.mu);
         on_trial = l->at.help_trial || l->at.park_trial;
         helping = l->at.help;
@@ -1140,12 +1139,7 @@ static void test_a_help_trial_ends_when_nothing_waits(void) {
    CUDA runtime the workers kept up, and the quiet-trial rule ended help
    instead). PF__PARK_TRY_S is raised for the suite: a load that cheap.
    Bounded: 10 s by the clock. */
-static int spin_20us(void *user, pf_job *job) {
-    (void)user;
-    spin_ns(20000);
-    job->bytes = 8;
-    return 0;
-}
+T_SPIN_LOAD(spin_20us, 20000)
 static void test_a_failed_help_trial_tries_pf_next_alone(void) {
     pf_loader *l = on_help_trial(UINT64_C(1) << 40, spin_20us); /* every trial fails */
     bool parked_last = false, ended = false;
@@ -1211,12 +1205,7 @@ static void test_pf_next_stops_loading_when_loads_turn_dear(void) {
     l->at.before = 2;
     l->at.inline_load = 1e-7;
     pf__unlock(&l->sync.mu);
-    for (uint64_t k = 0; k < 20; k++) {
-        pf_batch b;
-        CHECK_EQ(pf_next(l, &b), PF_OK);
-        CHECK_EQ(b.batch, k);
-        CHECK_EQ(pf_release(l, &b), PF_OK);
-    }
+    t_take_in_order(l, 20);
     pf_get_stats(l, &st);
     pf_destroy(l);
     CHECKF(d.by_next <= 4, "pf_next loaded %u of 20 dear batches itself", d.by_next);
@@ -1444,12 +1433,7 @@ static void test_a_caller_whose_step_sleeps_leaves_its_core_to_the_workers(void)
    4 workers of 3-5 us token windows ran uncapped through most of a run),
    even where one worker makes all 300 in its time slice (a loaded box).
    cfg.timeout_ms: the workers load every batch, one more than CPUs. */
-static int cheap_spin(void *user, pf_job *job) {
-    (void)user;
-    spin_ns(5000);
-    job->bytes = 8;
-    return 0;
-}
+T_SPIN_LOAD(cheap_spin, 5000)
 static void test_cpu_cap_comes_early_for_cheap_loads(void) {
     pf_config cfg = t_config_base(400, 1, 8, 1);
     pf_loader *l;
@@ -1458,12 +1442,7 @@ static void test_cpu_cap_comes_early_for_cheap_loads(void) {
     cfg.num_workers = 4;
     cfg.backend = PF_BACKEND_HOST;
     l = t_create_2cpus(&cfg);
-    for (uint64_t k = 0; k < 300; k++) {
-        pf_batch b;
-        CHECK_EQ(pf_next(l, &b), PF_OK);
-        CHECK_EQ(b.batch, k);
-        CHECK_EQ(pf_release(l, &b), PF_OK);
-    }
+    t_take_in_order(l, 300);
     pf_get_stats(l, &st);
     CHECKF(st.workers_active == 3, "300 cheap CPU loads: %u workers active, not 3", st.workers_active);
     pf_destroy(l);

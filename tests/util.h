@@ -404,6 +404,27 @@ T_FN pf_result t_next(tcons *c, pf_batch *b) {
 
 T_FN void t_release(tcons *c, pf_batch *b) { CHECK_EQ(pf_release(c->l, b), PF_OK); }
 
+/* batches 0 .. n-1 from pf_next, in order, each released at once */
+T_FN void t_take_in_order(pf_loader *l, uint64_t n) {
+    for (uint64_t k = 0; k < n; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+}
+
+/* pf_next's batch k, in order, whose first word the load set to k: its
+   words (NULL where pf_next failed) */
+T_FN const uint64_t *t_next_k(pf_loader *l, pf_batch *b, uint64_t k) {
+    const uint64_t *w;
+    CHECK_EQ(pf_next(l, b), PF_OK);
+    w = (const uint64_t *)b->data;
+    CHECK_EQ(b->batch, k);
+    if (w) CHECK_EQ(w[0], k);
+    return w;
+}
+
 /* Destroy, let the GPU stand-in finish, and check that nothing was wrong,
    raced or leaked. */
 T_FN void t_end(tcons *c) {
