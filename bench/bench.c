@@ -361,16 +361,22 @@ static unsigned cheap_touch(const pf_batch *b, void *arg) {
     return touch_pages((const unsigned char *)b->data, b->bytes);
 }
 
+/* Batch i's item where the inline loop and the floor copy it from:
+   shuffled, an odd-multiplier order (a bijection on a power of two), as
+   cheap as an index can be. */
+static const unsigned char *cheap_item(const cheap *c, uint64_t i) {
+    uint64_t k = c->shuffle ? (i * UINT64_C(0x9e3779b97f4a7c15)) & (c->nitems - 1) : i & (c->nitems - 1);
+    return c->data + k * c->item;
+}
+
 /* The inline loop: the consumer copies each batch into one buffer itself.
-   Shuffled, it visits the items in an odd-multiplier order (a bijection on
-   a power of two), as cheap as an index can be. Timed over the batches
-   after `skip`, the window the loader is timed over. */
+   Timed over the batches after `skip`, the window the loader is timed
+   over. */
 static double cheap_inline(const cheap *c, uint64_t batches, unsigned char *buf, uint64_t skip) {
     volatile unsigned sink = 0;
     double t0 = now_s();
     for (uint64_t i = 0; i < batches; i++) {
-        uint64_t k = c->shuffle ? (i * UINT64_C(0x9e3779b97f4a7c15)) & (c->nitems - 1) : i & (c->nitems - 1);
-        memcpy(buf, c->data + k * c->item, c->item);
+        memcpy(buf, cheap_item(c, i), c->item);
         sink += touch_pages(buf, c->item);
         if (i + 1 == skip) t0 = now_s();
     }
@@ -395,11 +401,10 @@ static void *split_producer(void *p) {
     split_ring *q = (split_ring *)p;
     const cheap *c = q->c;
     for (uint64_t i = 0; i < q->n; i++) {
-        uint64_t k = c->shuffle ? (i * UINT64_C(0x9e3779b97f4a7c15)) & (c->nitems - 1) : i & (c->nitems - 1);
         if ((i / SPLIT_RUN) % 2) continue; /* the consumer's run */
         while (i - __atomic_load_n(&q->tail, __ATOMIC_ACQUIRE) >= SPLIT_SLOTS) {
         }
-        memcpy(q->slots + (i % SPLIT_SLOTS) * c->item, c->data + k * c->item, c->item);
+        memcpy(q->slots + (i % SPLIT_SLOTS) * c->item, cheap_item(c, i), c->item);
         if ((i + 1) % SPLIT_RUN == 0 || i + 1 == q->n) __atomic_store_n(&q->head, i + 1, __ATOMIC_RELEASE);
     }
     return NULL;
@@ -420,8 +425,7 @@ static double cheap_split_floor(const cheap *c, uint64_t batches, uint64_t skip)
     for (uint64_t i = 0; i < batches; i++) {
         unsigned char *slot = q.slots + (i % SPLIT_SLOTS) * c->item;
         if ((i / SPLIT_RUN) % 2) {
-            uint64_t k = c->shuffle ? (i * UINT64_C(0x9e3779b97f4a7c15)) & (c->nitems - 1) : i & (c->nitems - 1);
-            memcpy(slot, c->data + k * c->item, c->item);
+            memcpy(slot, cheap_item(c, i), c->item);
         } else {
             while (__atomic_load_n(&q.head, __ATOMIC_ACQUIRE) <= i) {
             }
