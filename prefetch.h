@@ -918,6 +918,7 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #define PF__MAX_WORLD 65536u
 #define PF__MAX_EPOCH (UINT64_C(1) << 62)
 #define PF__ALIGN 256u
+#define PF__LINE 64 /* a cache line */
 #define PF__DEFAULT_WORKERS 4u
 #define PF__DEFAULT_DEVICE_SLOTS 3u
 #define PF__DEFAULT_WINDOW 8u
@@ -936,6 +937,7 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
    consistent, for the handshake with a worker about to sleep */
 #define PF__ADD_SC(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
 #define PF__LOAD_SC(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define PF__STORE_SC(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define PF__CAS_SC(p, expect, v) __atomic_compare_exchange_n((p), (expect), (v), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
 #define PF__SWAP(p, v) __atomic_exchange_n((p), (v), __ATOMIC_ACQ_REL)
 #define PF__LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
@@ -1310,7 +1312,7 @@ typedef struct pf__slot {
     signed char slept;    /* that load slept: 1, did not: 0, not asked: -1 (pf__cpu_cap) */
     uint32_t worker, index;
     uint32_t next_released; /* the released stack below it (pf__release_host) */
-    int early;              /* loaded in a run, not yet published (pf__adopt_early) */
+    uint32_t early;         /* loaded in a run, not yet published (pf__adopt_early) */
     uint64_t run_start, run_end; /* that load's times, for whoever publishes it */
     int state;
     int result; /* PF_OK, or the error a READY slot carries */
@@ -1386,15 +1388,18 @@ typedef struct pf__sync {
     unsigned wake;   /* wakes owed once the lock drops                     */
     bool mu_ok;
     uint32_t cv_ok;  /* how many of cv[] were initialised                  */
-    int stopping;    /* pf_destroy began; read by pf_job_cancelled without the lock */
     bool started;    /* every thread exists: workers may run user code     */
-    /* spinning: the pulses are read without the lock, so they have a
-       cache line of their own, away from the lock's */
-    char pf__pad0[64];
+    /* read without the lock, each on a cache line of its own, away from
+       the lock's and from what it guards: stopping by every worker's run
+       for every batch (on the lock's line it cost cheap 4 KiB loads ~20%
+       of a worker's time), the pulses by spinning threads */
+    char pf__pad0[PF__LINE];
+    int stopping;    /* pf_destroy began; read by pf_job_cancelled without the lock */
+    char pf__pad3[PF__LINE];
     uint32_t pulse[PF__ROLES];   /* bumped, under the lock, by every pf__wake of the role */
-    char pf__pad2[64];
+    char pf__pad2[PF__LINE];
     unsigned pulse_owed;         /* pulses to give as the lock drops */
-    char pf__pad1[64];
+    char pf__pad1[PF__LINE];
     uint32_t spin_ns[PF__ROLES]; /* each role's spin budget, adapted */
     uint32_t spin_probe[PF__ROLES]; /* backed off: every 8th spin is a full one */
     uint32_t spinning[PF__ROLES];   /* threads spinning in each role */
@@ -1419,7 +1424,8 @@ typedef struct pf__ring {
     uint32_t *grown_from;        /* the first slot of each */
     pf__slot *slots;
     uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
-    uint32_t *order;             /* in order: order[seq % nslots] = slot + 1 */
+    uint32_t *order;             /* in order: order[seq % nslots] = slot + 1, from
+                                    its claim until it is taken */
     uint32_t *ready_fifo, ready_head, ready_count; /* unordered */
     uint32_t nready;             /* slots READY */
     uint32_t nloading;           /* slots LOADING: loads that will still publish */
@@ -1441,13 +1447,23 @@ typedef struct pf__ring {
     bool taker_held;             /* a ready batch did not wake it (pf__wake_taker_ready) */
     bool hold_expired;           /* such a sleep ended with nothing ready: the next
                                     is untimed, until a batch is delivered */
+    /* Each group of atomics below on its own cache line: the consumer
+       writes the first for every batch it releases, a worker the second
+       for every batch of its runs (unordered), and on a line of their own
+       neither moves the other's, nor the fields above that the lock
+       guards. Sharing one line cost cheap 4 KiB loads ~12% (the line went
+       back and forth twice a batch). */
+    char line0[PF__LINE];
     /* host backend: slots pf_release handed back without the lock, a stack
        (slot + 1, linked by next_released) taken under it; and the workers
        about to sleep or asleep for want of a free slot (>>backend host) */
     uint32_t released, slot_sleepers;
-    /* batches loaded in a worker's run and not yet published, and the
-       takers about to sleep or asleep (pf__adopt_early); atomic */
+    char line1[PF__LINE];
+    /* unordered: batches loaded in a worker's run and not yet published
+       (in order each slot's own flag says it, pf__adopt_early); and the
+       takers about to sleep or asleep; atomic */
     uint32_t early, taker_sleepers;
+    char line2[PF__LINE];
     char *msgs;
     uint64_t *index_mem;         /* each slot's indices, host then device slots */
     uint64_t *sample_mem;        /* each slot's pf__samples words, likewise */
@@ -1945,10 +1961,11 @@ static int pf__wait_unless(pf_loader *l, int role, const struct timespec *deadli
     return r;
 }
 
+static const uint32_t *pf__early_news(const pf_loader *l); /* >>ring */
 /* The taker waits for a batch, unless a run's batch was loaded since it
    looked (pf__adopt_early). */
 static int pf__taker_wait(pf_loader *l, int role, const struct timespec *deadline) {
-    return pf__wait_unless(l, role, deadline, &l->ring.taker_sleepers, &l->ring.early);
+    return pf__wait_unless(l, role, deadline, &l->ring.taker_sleepers, pf__early_news(l));
 }
 
 /* Threads spinning in pf__spin, all loaders of the process together. */
@@ -2311,6 +2328,12 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         s->worker = w->id;
         s->result = PF_OK;
         s->started_ns = now;
+        if (!l->cfg.unordered) {
+            l->ring.order[s->seq % l->ring.nslots] = s->index + 1;
+            /* a taker spinning for this very batch watched no flag (there
+               was no slot yet, pf__early_news): it looks again */
+            if (s->seq == l->take.taken && l->sync.spinning[l->ops->taker]) pf__pulse(l, l->ops->taker);
+        }
         *out = s;
         return PF__CLAIM_OK;
     }
@@ -2319,6 +2342,15 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
 /* >>ring ------------------------------------------------------------------ */
 /* A slot's way round the ring: published by its worker, taken in order
    (or as finished), freed. */
+/* In order: the slot of the next batch to take, if claimed and in `state`
+   (lock held). Its order entry is written at the claim: seqs from the
+   next taken to the last claimed each hold a slot, so no two of them
+   share an entry. */
+static pf__slot *pf__in_order_next(const pf_loader *l, int state) {
+    uint32_t o = l->ring.order[l->take.taken % l->ring.nslots];
+    pf__slot *s = o ? &l->ring.slots[o - 1] : NULL;
+    return s && s->state == state && s->seq == l->take.taken ? s : NULL;
+}
 /* A worker finished slot s (lock held). */
 static void pf__publish(pf_loader *l, pf__slot *s, uint64_t now) {
     pf__move(&s->state, PF__FROM(PF__SLOT_LOADING), PF__SLOT_READY);
@@ -2327,12 +2359,10 @@ static void pf__publish(pf_loader *l, pf__slot *s, uint64_t now) {
     if (s->result != PF_OK) l->claim.done = true; /* stop loading: nothing after it is delivered in order */
     if (l->cfg.unordered)
         l->ring.ready_fifo[(l->ring.ready_head + l->ring.ready_count++) % l->ring.nslots] = s->index;
-    else
-        l->ring.order[s->seq % l->ring.nslots] = s->index + 1;
     /* in order, the taker waits for one batch, the next: a batch behind it
        does not let it go on, and waking it for one costs a context switch
        that a busy machine pays out of the loads */
-    if (l->cfg.unordered || l->ring.order[l->take.taken % l->ring.nslots]) pf__wake_taker_ready(l, now, now - s->started_ns);
+    if (l->cfg.unordered || pf__in_order_next(l, PF__SLOT_READY)) pf__wake_taker_ready(l, now, now - s->started_ns);
 }
 
 static bool pf__shrink_due(const pf_loader *l); /* >>autotune */
@@ -2378,26 +2408,57 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end); /* >>worker */
    batch not published looks for marked ones and publishes them itself
    (lock held), so a batch is never held back behind a slower load in
    the same run (a load stuck on I/O, or on something the consumer is yet
-   to do). The handshake with a taker about to sleep is the one of
-   pf__release_host: the worker marks, counts the batch in ring.early, and
-   then looks at ring.taker_sleepers; the taker counts itself there and
-   then looks at ring.early (pf__taker_wait, pf__wait_unless); both
-   sequentially consistent, so one of them sees the other. */
+   to do). In order the taker needs one batch, the next: it looks at that
+   slot's flag alone (and publishes the marked ones after it, in a row);
+   unordered any batch will do, and ring.early counts them. The handshake
+   with a taker about to sleep is the one of pf__release_host: the worker
+   marks (and counts, unordered), then looks at ring.taker_sleepers; the
+   taker counts itself there, then looks at what pf__early_news names
+   (pf__taker_wait, pf__wait_unless); both sequentially consistent, so one
+   of them sees the other. A taker asleep in order for a batch no worker
+   has claimed yet is counted before the claim (which needs the lock its
+   sleep holds until it waits): that batch's mark sees it. A marked batch
+   counted in ring.early per batch, in order too, cost cheap 4 KiB loads
+   most of a worker's own time: the taker's spin read that line, and each
+   count had to take it back. */
+static void pf__adopt(pf_loader *l, pf__slot *s) {
+    PF__STORE_RELAXED(&s->early, 0u);
+    if (l->cfg.unordered) PF__ADD_SC(&l->ring.early, (uint32_t)-1); /* may go below 0 for a moment: the worker adds after marking */
+    s->started_ns = s->run_start;
+    pf__loaded(l, s, s->run_end);
+}
 static void pf__adopt_early(pf_loader *l) {
 #if PF__SPIN_OK
     uint32_t i;
+    if (!l->cfg.unordered) {
+        uint64_t seq = l->take.taken;
+        for (i = 0; i < l->ring.nslots; i++, seq++) { /* the next batch, and the marked ones right after it */
+            uint32_t o = l->ring.order[seq % l->ring.nslots];
+            pf__slot *s = o ? &l->ring.slots[o - 1] : NULL;
+            if (!s || s->state != PF__SLOT_LOADING || s->seq != seq || !PF__LOAD_FLAG(&s->early)) break;
+            pf__adopt(l, s);
+        }
+        return;
+    }
     if (!PF__LOAD_RELAXED(&l->ring.early)) return;
     for (i = 0; i < l->ring.nalloc; i++) {
         pf__slot *s = &l->ring.slots[i];
-        if (s->state != PF__SLOT_LOADING || !PF__LOAD_FLAG(&s->early)) continue;
-        PF__STORE_RELAXED(&s->early, 0);
-        PF__ADD_SC(&l->ring.early, (uint32_t)-1); /* may go below 0 for a moment: the worker adds after marking */
-        s->started_ns = s->run_start;
-        pf__loaded(l, s, s->run_end);
+        if (s->state == PF__SLOT_LOADING && PF__LOAD_FLAG(&s->early)) pf__adopt(l, s);
     }
 #else
     (void)l;
 #endif
+}
+
+/* What a taker about to wait watches for a run's early batch: the next
+   batch's flag in order (a flag always 0 where no worker has claimed it
+   yet), else ring.early. Lock held. */
+static const uint32_t pf__no_news = 0;
+static const uint32_t *pf__early_news(const pf_loader *l) {
+    const pf__slot *s;
+    if (l->cfg.unordered) return &l->ring.early;
+    s = pf__in_order_next(l, PF__SLOT_LOADING);
+    return s ? &s->early : &pf__no_news;
 }
 
 /* The taker's next step (lock held): PF_OK with *out, PF_END_OF_EPOCH,
@@ -2422,10 +2483,9 @@ static int pf__take_ready(pf_loader *l, pf__slot **out) {
         return PF_END_OF_EPOCH;
     }
     if (!l->cfg.unordered) {
-        uint32_t *o = &l->ring.order[l->take.taken % l->ring.nslots];
-        if (!*o) return PF__WAIT;
-        s = &l->ring.slots[*o - 1];
-        *o = 0;
+        s = pf__in_order_next(l, PF__SLOT_READY);
+        if (!s) return PF__WAIT; /* not claimed yet, or loading */
+        l->ring.order[l->take.taken % l->ring.nslots] = 0;
     } else {
         uint32_t i;
         for (i = 0; i < l->ring.ready_count; i++) {
@@ -2460,7 +2520,7 @@ static int pf__take_ready(pf_loader *l, pf__slot **out) {
    nothing is published: the look costs a pass over the slots). */
 static int pf__take(pf_loader *l, pf__slot **out) {
     int r = pf__take_ready(l, out);
-    if (r == PF__WAIT && PF__LOAD_RELAXED(&l->ring.early)) {
+    if (r == PF__WAIT && PF__LOAD_RELAXED(pf__early_news(l))) {
         pf__adopt_early(l);
         r = pf__take_ready(l, out);
     }
@@ -3109,8 +3169,12 @@ static void pf__mark_early(pf_loader *l, pf__slot *s, uint64_t start, uint64_t e
 #if PF__SPIN_OK
     s->run_start = start;
     s->run_end = end;
-    PF__STORE_FLAG(&s->early, 1);
-    PF__ADD_SC(&l->ring.early, 1u);
+    if (l->cfg.unordered) {
+        PF__STORE_FLAG(&s->early, 1u);
+        PF__ADD_SC(&l->ring.early, 1u);
+    } else {
+        PF__STORE_SC(&s->early, 1u);
+    }
     if (PF__LOAD_SC(&l->ring.taker_sleepers)) {
         pf__lock(&l->sync.mu);
         pf__adopt_early(l);
@@ -3215,8 +3279,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             s = run[k];
             if (s->state != PF__SLOT_LOADING || s->seq != seqs[k]) continue; /* the taker published it */
             if (PF__LOAD_FLAG(&s->early)) {
-                PF__STORE_RELAXED(&s->early, 0);
-                PF__ADD_SC(&l->ring.early, (uint32_t)-1);
+                PF__STORE_RELAXED(&s->early, 0u);
+                if (l->cfg.unordered) PF__ADD_SC(&l->ring.early, (uint32_t)-1);
             }
             s->started_ns = starts[k]; /* its own load, not the wait behind the run */
             pf__loaded(l, s, ends[k]);
@@ -3372,7 +3436,7 @@ static int pf__taker_sleep(pf_loader *l, const struct timespec *deadline) {
 static int pf__consumer_wait(pf_loader *l, const struct timespec *deadline) {
     bool taker = l->ops->taker == PF__ROLE_CONSUMER; /* host: it waits for loads, a run's among them */
     pf__wake_workers(l, true); /* the consumer starves: every free slot must fill */
-    if (pf__spin(l, PF__ROLE_CONSUMER, taker ? &l->ring.early : NULL)) { /* recheck; a spin pulsed again and again still times out */
+    if (pf__spin(l, PF__ROLE_CONSUMER, taker ? pf__early_news(l) : NULL)) { /* recheck; a spin pulsed again and again still times out */
         struct timespec now;
         if (!deadline) return 0;
         timespec_get(&now, TIME_UTC);
@@ -4366,7 +4430,7 @@ static pf__slot *pf__stager_take(pf_loader *l, char *logmsg, size_t n) {
     r = pf__take(l, &s);
     if (r == PF__WAIT) {
         pf__wake_workers(l, true); /* the taker starves */
-        if (!pf__spin(l, PF__ROLE_STAGER, &l->ring.early)) pf__taker_wait(l, PF__ROLE_STAGER, NULL);
+        if (!pf__spin(l, PF__ROLE_STAGER, pf__early_news(l))) pf__taker_wait(l, PF__ROLE_STAGER, NULL);
         return NULL;
     }
     if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) {
