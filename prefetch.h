@@ -2517,7 +2517,8 @@ static int pf__take_ready(pf_loader *l, pf__slot **out) {
 }
 
 /* The taker's next step, a run's loaded batches included (only when
-   nothing is published: the look costs a pass over the slots). */
+   nothing is published: unordered, the look costs a pass over the
+   slots). */
 static int pf__take(pf_loader *l, pf__slot **out) {
     int r = pf__take_ready(l, out);
     if (r == PF__WAIT && PF__LOAD_RELAXED(pf__early_news(l))) {
