@@ -2528,6 +2528,8 @@ static int pf__take(pf_loader *l, pf__slot **out) {
     return r;
 }
 
+static bool pf__may_load(const pf_loader *l); /* >>backend host */
+
 /* >>autotune -------------------------------------------------------------- */
 /* cfg.autotune: workers 0 .. active-1 load, the others park on their own
    condition (created once, up to num_workers: no thread churn). Every
@@ -2862,11 +2864,13 @@ static void pf__autotune(pf_loader *l) {
        none, it loads every batch). That pays twice: no handoff for the
        batches it loads, and a thread that waited loads too. Kept only if
        5% faster, and tried again after a failure only once the load has
-       changed and the backoff has passed. Only on
-       the host backend; not with per-thread setup (worker_init/stop,
-       on_worker_start: loads would run where it never ran), nor with
-       cfg.timeout_ms (a load inside pf_next is not bounded by it). */
-    if (l->ops->taker == PF__ROLE_CONSUMER && pf__hooks_any_thread(&l->cfg) && !l->cfg.timeout_ms && !l->at.probing &&
+       changed and the backoff has passed. Where pf_next may load at all
+       (pf__may_load): the host backend; not with per-thread setup
+       (worker_init/stop, on_worker_start: loads would run where it never
+       ran), cfg.timeout_ms (a load inside pf_next is not bounded by it) or
+       cfg.workers_only (the trial ignored it, and a load that waits for
+       the caller's next step hung, found by an outside trial). */
+    if (pf__may_load(l) && !l->at.probing &&
         waited > 0.05 && call_pb < PF__INLINE_MAX_S &&
         !l->at.inline_wait && !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
         l->at.inline_failed = false;
@@ -2945,7 +2949,6 @@ static void pf__autotune(pf_loader *l) {
 #define PF__CAP_EVERY 8u       /* 1 load in 8 is asked, of 1 in 10 times the  */
 #define PF__CAP_DEAR_NS ((uint64_t)10 * PF__CAP_EVERY * PF__CAP_ASK_NS) /* asking or more; cheaper, rarer */
 #define PF__CAP_SAMPLES 8u     /* loads asked before the first verdict     */
-static bool pf__may_load(const pf_loader *l); /* >>backend host */
 /* How many may load at once: a worker a CPU where pf_next loads too (the
    caller is the one more loader that fills a core while a worker waits
    for the lock, a slot or the scheduler), else one more than CPUs. On the

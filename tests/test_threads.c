@@ -1171,6 +1171,49 @@ static void test_a_failed_help_trial_tries_pf_next_alone(void) {
     pf_destroy(l);
 }
 
+/* cfg.workers_only holds under autotune too: its trial of pf_next loading
+   (loads cheaper than a handoff, the consumer waiting) once ignored it,
+   and a load that waits for the caller's next step then waited for
+   itself (an outside trial: a hang). 20 us loads, a consumer that only
+   takes: without workers_only, every period here would start that trial.
+   No timeout_ms (it too keeps pf_next from loading); bounded by the
+   suite's watchdog, and 3000 loads of 20 us. */
+typedef struct own_threads {
+    uint32_t num_workers;
+    uint32_t on_caller; /* loads on pf_next's record; atomic */
+} own_threads;
+static int spin_20us_where(void *user, pf_job *job) {
+    own_threads *o = (own_threads *)user;
+    if (job->worker >= o->num_workers) __atomic_add_fetch(&o->on_caller, 1u, __ATOMIC_RELAXED);
+    spin_ns(20000);
+    job->bytes = 8;
+    return 0;
+}
+static void test_autotune_keeps_workers_only(void) {
+    pf_config cfg = t_config_base(3000, 1, 8, 1);
+    own_threads o = {2, 0};
+    pf_loader *l;
+    pf_stats st;
+    bool helped = false;
+    cfg.load = spin_20us_where;
+    cfg.user = &o;
+    cfg.num_workers = 2;
+    cfg.autotune = 1;
+    cfg.workers_only = true;
+    cfg.timeout_ms = 0;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    t_take_in_order(l, 3000);
+    pf__lock(&l->sync.mu);
+    helped = l->at.help || l->at.help_trial || l->at.active == 0;
+    pf__unlock(&l->sync.mu);
+    pf_get_stats(l, &st);
+    CHECK(!helped);
+    CHECK_EQ(st.next_loads, 0);
+    CHECK_EQ(__atomic_load_n(&o.on_caller, __ATOMIC_RELAXED), 0u);
+    pf_destroy(l);
+}
+
 /* Autotune's pf_next loading ends at once when loads turn dear (two
    timed loads in a row over PF__HELP_DEAR_NS, 50 ms here), not at the end
    of its period: here pf_next loads every batch with the workers parked,
@@ -1984,6 +2027,7 @@ static const h_test tests[] = {
     {"a_run_never_holds_back_a_loaded_batch", test_a_run_never_holds_back_a_loaded_batch},
     {"pf_next_helps_by_default", test_pf_next_helps_by_default},
     {"workers_only_keeps_loads_on_workers", test_workers_only_keeps_loads_on_workers},
+    {"autotune_keeps_workers_only", test_autotune_keeps_workers_only},
     {"two_releases_of_one_batch_one_wins", test_two_releases_of_one_batch_one_wins},
     {"autotune_shrink_while_the_caller_holds_three", test_autotune_shrink_while_the_caller_holds_three},
     {"a_failure_in_a_reused_slot_is_its_own", test_a_failure_in_a_reused_slot_is_its_own},
