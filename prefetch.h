@@ -335,9 +335,10 @@ typedef struct pf_job {
     const uint64_t *indices;   /* count sample indices, in batch order          */
     uint32_t count;            /* samples in this batch (the last may be short) */
     uint32_t worker;           /* 0 .. num_workers-1; num_workers when pf_next
-                                  loads the batch itself (cfg.workers_only):
-                                  on the caller's thread, so such a load must
-                                  not wait for the caller's next steps        */
+                                  loads the batch itself, on the caller's
+                                  thread (never with cfg.workers_only): such
+                                  a load must not wait for the caller's next
+                                  steps                                        */
     void *host;                /* the slot: capacity bytes (pinned on CUDA)     */
     size_t capacity;           /* = cfg.batch_bytes                             */
     size_t bytes;              /* load sets the bytes it wrote; default capacity */
@@ -527,11 +528,12 @@ typedef struct pf_stats {
                                   0: pf_next loads each batch itself; fewer
                                   than num_workers without autotune: loads
                                   never sleep, a worker a CPU, see num_workers) */
-    uint64_t next_loads;       /* batches pf_next loaded itself (autotune, when a
-                                  load costs less than a handoff between
-                                  threads); counted in wait_input_s (of loads
-                                  under 2 us, 1 in 16 timed, the rest at
-                                  their average)                               */
+    uint64_t next_loads;       /* batches pf_next loaded itself (by default when
+                                  the next batch is late and loads are cheap,
+                                  and on autotune's trials; never with
+                                  cfg.workers_only); counted in wait_input_s
+                                  (of loads under 2 us, 1 in 16 timed, the
+                                  rest at their average)                       */
     uint64_t skipped;          /* bad samples skipped or marked (cfg.bad_samples),
                                   in batches handed on for delivery so far    */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
