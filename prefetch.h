@@ -6557,7 +6557,7 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
     struct stat st;
     char err[PF__ERRNO_TEXT];
     int fd;
-    bool direct;
+    bool direct, stat_ok;
     if (stat(path, &st) == 0) { /* else the open below says why */
         uint32_t i;
         for (i = 0; i < r->ncache; i++)
@@ -6579,8 +6579,9 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         pf__format(why, n, "cannot open %s: %s", path, pf__errno_text(errno, err, sizeof err));
         return NULL;
     }
-    if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) { /* what was opened, should path have changed since the stat */
-        if (S_ISDIR(st.st_mode)) pf__format(why, n, "cannot read %s: it is a directory", path);
+    stat_ok = fstat(fd, &st) == 0; /* what was opened, should path have changed since the stat */
+    if (!stat_ok || S_ISDIR(st.st_mode)) {
+        if (stat_ok) pf__format(why, n, "cannot read %s: it is a directory", path);
         else pf__format(why, n, "cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
         close(fd);
         return NULL;
