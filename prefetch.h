@@ -2344,15 +2344,16 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
 /* >>ring ------------------------------------------------------------------ */
 /* A slot's way round the ring: published by its worker, taken in order
    (or as finished), freed. */
-/* In order: the slot of the next batch to take, if claimed and in `state`
-   (lock held). Its order entry is written at the claim: seqs from the
-   next taken to the last claimed each hold a slot, so no two of them
-   share an entry. */
-static pf__slot *pf__in_order_next(const pf_loader *l, int state) {
-    uint32_t o = l->ring.order[l->take.taken % l->ring.nslots];
+/* In order: the slot of batch `seq` (from the next to take), if claimed
+   and in `state` (lock held). Its order entry is written at the claim:
+   seqs from the next taken to the last claimed each hold a slot, so no two
+   of them share an entry. */
+static pf__slot *pf__in_order_slot(const pf_loader *l, uint64_t seq, int state) {
+    uint32_t o = l->ring.order[seq % l->ring.nslots];
     pf__slot *s = o ? &l->ring.slots[o - 1] : NULL;
-    return s && s->state == state && s->seq == l->take.taken ? s : NULL;
+    return s && s->state == state && s->seq == seq ? s : NULL;
 }
+static pf__slot *pf__in_order_next(const pf_loader *l, int state) { return pf__in_order_slot(l, l->take.taken, state); }
 /* A worker finished slot s (lock held). */
 static void pf__publish(pf_loader *l, pf__slot *s, uint64_t now) {
     pf__move(&s->state, PF__FROM(PF__SLOT_LOADING), PF__SLOT_READY);
@@ -2423,9 +2424,13 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end); /* >>worker */
    counted in ring.early per batch, in order too, cost cheap 4 KiB loads
    most of a worker's own time: the taker's spin read that line, and each
    count had to take it back. */
-static void pf__adopt(pf_loader *l, pf__slot *s) {
+/* A marked slot's mark taken off, by whoever publishes it (lock held). */
+static void pf__unmark(pf_loader *l, pf__slot *s) {
     PF__STORE_RELAXED(&s->early, 0u);
     if (l->cfg.unordered) PF__ADD_SC(&l->ring.early, (uint32_t)-1); /* may go below 0 for a moment: the worker adds after marking */
+}
+static void pf__adopt(pf_loader *l, pf__slot *s) {
+    pf__unmark(l, s);
     s->started_ns = s->run_start;
     pf__loaded(l, s, s->run_end);
 }
@@ -2435,9 +2440,8 @@ static void pf__adopt_early(pf_loader *l) {
     if (!l->cfg.unordered) {
         uint64_t seq = l->take.taken;
         for (i = 0; i < l->ring.nslots; i++, seq++) { /* the next batch, and the marked ones right after it */
-            uint32_t o = l->ring.order[seq % l->ring.nslots];
-            pf__slot *s = o ? &l->ring.slots[o - 1] : NULL;
-            if (!s || s->state != PF__SLOT_LOADING || s->seq != seq || !PF__LOAD_FLAG(&s->early)) break;
+            pf__slot *s = pf__in_order_slot(l, seq, PF__SLOT_LOADING);
+            if (!s || !PF__LOAD_FLAG(&s->early)) break;
             pf__adopt(l, s);
         }
         return;
@@ -3288,10 +3292,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         for (k = 0; k < nrun; k++) {
             s = run[k];
             if (s->state != PF__SLOT_LOADING || s->seq != seqs[k]) continue; /* the taker published it */
-            if (PF__LOAD_FLAG(&s->early)) {
-                PF__STORE_RELAXED(&s->early, 0u);
-                if (l->cfg.unordered) PF__ADD_SC(&l->ring.early, (uint32_t)-1);
-            }
+            if (PF__LOAD_FLAG(&s->early)) pf__unmark(l, s);
             s->started_ns = starts[k]; /* its own load, not the wait behind the run */
             pf__loaded(l, s, ends[k]);
         }
