@@ -1185,9 +1185,7 @@ typedef struct own_threads {
 static int spin_20us_where(void *user, pf_job *job) {
     own_threads *o = (own_threads *)user;
     if (job->worker >= o->num_workers) __atomic_add_fetch(&o->on_caller, 1u, __ATOMIC_RELAXED);
-    spin_ns(20000);
-    job->bytes = 8;
-    return 0;
+    return spin_20us(NULL, job);
 }
 static void test_autotune_keeps_workers_only(void) {
     pf_config cfg = t_config_base(3000, 1, 8, 1);
