@@ -2548,6 +2548,8 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
      pf_next helps (loads when the next batch is not ready), on trial;
      once kept, the workers park on trial; back to the workers alone when
      loads get dearer.
+   - The workers keep up with a short step (under PF__ALONE_STEP_S) and
+     loads under PF__PARK_TRY_S: the workers park on trial, pf_next alone.
    - Input-bound (waited > 5%): grow towards load time / consumer time per
      batch (the workers needed to keep pace), at most doubling, and put the
      increase on trial: if the next period's throughput is not 5% better
@@ -2576,6 +2578,7 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
 #define PF__PARK_TRY_S 2e-6 /* loads under this, as dear as a handoff: pf_next alone may pay */
 #endif
 #define PF__INLINE_UNTIMED_NS 2000u /* ...when they take less than this */
+#define PF__ALONE_STEP_S 32e-6 /* a consumer's step under this: a handoff's cost may show */
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
@@ -2886,6 +2889,29 @@ static void pf__autotune(pf_loader *l) {
         l->at.help = l->at.help_trial = true;
         l->at.help_quiet = 0;
         pf__set_active(l, l->sync.ncpu > 1 ? l->at.active : 0, "loads cheaper than a handoff: pf_next loads too",
+                       waited, thr);
+        return;
+    }
+    /* The workers keep up, the consumer's step is short, and a load costs
+       about what a handoff does: pf_next alone, with no handoff, may be
+       faster, and only a trial tells (with a worker beside it every load
+       looks dearer than it is). Before, only a help trial led there, and it
+       starts when the consumer waits: a consumer that hands batches over
+       faster than it takes them hardly waits, and 4 KiB memcpy loads on the
+       2-core VM ran 200-300 ms at 1 worker's 0.9 us a batch before a noisy
+       period started it (in 3 runs of 6 at 400k batches: 0.68-1.00 us a
+       batch over the run, 0.29-0.32 once there). A failure backs off as a
+       help trial's does. */
+    if (pf__may_load(l) && !l->at.probing && l->at.active && waited <= 0.05 && call_pb < PF__PARK_TRY_S &&
+        step_pb < PF__ALONE_STEP_S && !l->at.inline_wait &&
+        !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
+        l->at.inline_failed = false;
+        l->at.inline_load = call_pb;
+        l->at.thr_before = thr;
+        l->at.before = l->at.active;
+        l->at.help = l->at.park_trial = l->at.park_last = true; /* judged next period, failed as a help trial */
+        l->at.help_trial = l->at.park_quiet = l->at.park_failed = false;
+        pf__set_active(l, 0, "the workers keep up with a short step, loads are cheap: pf_next loads every batch",
                        waited, thr);
         return;
     }

@@ -1171,6 +1171,56 @@ static void test_a_failed_help_trial_tries_pf_next_alone(void) {
     pf_destroy(l);
 }
 
+/* Autotune tries pf_next alone (the workers parked) when they keep up with
+   a consumer whose step is short and loads cost about what a handoff does
+   (4 KiB memcpy loads on the 2-core VM: a consumer that hands batches over
+   faster than it takes them hardly waits, so no help trial started, and
+   runs stayed at a worker's 0.9 us a batch where pf_next alone takes
+   0.3). Periods are made up under the lock, so no timing decides them:
+   20000 batches in 25 ms with no wait and 0.3 us loads start the trial;
+   the same throughput after it fails it (the workers come back, and no
+   trial until the loads change); a step of 100 us a batch never starts
+   one. */
+static void t_period(pf_loader *l, uint64_t batches, uint64_t ns, uint64_t load_ns) { /* lock held */
+    uint64_t now = pf__now_ns();
+    pf__at_period_start(l, now - ns, l->st.wait_input_ns + l->st.wait_copy_ns);
+    l->st.batches += batches;
+    l->st.call_ns += batches * load_ns;
+    l->st.load_ns += batches * load_ns;
+    l->st.last_ns = now;
+    pf__autotune(l);
+}
+static void test_autotune_tries_pf_next_alone_when_workers_keep_up(void) {
+    pf_config cfg = t_config_base(UINT64_C(1) << 40, 1, 8, 1);
+    pf_loader *l;
+    cfg.load = nothing;
+    cfg.num_workers = 2;
+    cfg.autotune = 1;
+    cfg.timeout_ms = 0; /* else pf_next may not load (no pf_next is called here) */
+    cfg.backend = PF_BACKEND_HOST;
+    for (int step_100us = 0; step_100us <= 1; step_100us++) {
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        pf__lock(&l->sync.mu);
+        pf__set_active(l, 2, "test", 0, 0);
+        t_period(l, step_100us ? 250 : 20000, 25000000, 300);
+        if (step_100us) {
+            CHECK_EQ(l->at.active, 2u);
+            CHECK(!l->at.help && !l->at.park_trial);
+        } else {
+            CHECK_EQ(l->at.active, 0u);
+            CHECK(l->at.help && l->at.park_trial && l->at.park_last);
+            t_period(l, 20000, 25000000, 300); /* not 5% faster: failed */
+            CHECK_EQ(l->at.active, 2u);
+            CHECKF(!l->at.help && !l->at.park_trial && l->at.inline_failed && l->at.inline_wait > 0, "help %d park %d failed %d wait %u", (int)l->at.help, (int)l->at.park_trial, (int)l->at.inline_failed, (unsigned)l->at.inline_wait);
+            for (int k = 0; k < 300; k++) t_period(l, 20000, 25000000, 300); /* the backoff passes */
+            CHECK_EQ(l->at.active, 2u); /* the same loads: not again */
+            CHECK(!l->at.help);
+        }
+        pf__unlock(&l->sync.mu);
+        pf_destroy(l);
+    }
+}
+
 /* cfg.workers_only holds under autotune too: its trial of pf_next loading
    (loads cheaper than a handoff, the consumer waiting) once ignored it,
    and a load that waits for the caller's next step then waited for
@@ -2026,6 +2076,7 @@ static const h_test tests[] = {
     {"pf_next_helps_by_default", test_pf_next_helps_by_default},
     {"workers_only_keeps_loads_on_workers", test_workers_only_keeps_loads_on_workers},
     {"autotune_keeps_workers_only", test_autotune_keeps_workers_only},
+    {"autotune_tries_pf_next_alone_when_workers_keep_up", test_autotune_tries_pf_next_alone_when_workers_keep_up},
     {"two_releases_of_one_batch_one_wins", test_two_releases_of_one_batch_one_wins},
     {"autotune_shrink_while_the_caller_holds_three", test_autotune_shrink_while_the_caller_holds_three},
     {"a_failure_in_a_reused_slot_is_its_own", test_a_failure_in_a_reused_slot_is_its_own},
