@@ -2559,7 +2559,8 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
      says every core is busy.
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
-     park one, and if that
+     park down to what their busy share needs, one more, at most half of
+     them at a time, and if that
      starves the consumer, the count it grows back to is a floor.
    A ceiling holds while the load time per batch stays within a third of
    what it was when it was set, a floor while the consumer's time per batch
@@ -2735,6 +2736,17 @@ static void pf__help_failed(pf_loader *l) {
     l->at.help = false;
 }
 
+/* pf_next alone, with no handoff, may be faster than the workers that
+   keep up (only a trial tells): a load costs under half of the consumer's
+   time per batch, handoffs included; or loads cost about what a handoff
+   does and the consumer's step is short (with a worker beside it, a load
+   looks dearer than it is, so the first test alone missed 4 KiB copies
+   now and then: an outside trial saw 1 run in 35 stay at 1 worker, 0.54
+   of the others). */
+static bool pf__alone_may_pay(double call_pb, double step_pb) {
+    return 2 * call_pb < step_pb || (call_pb < PF__PARK_TRY_S && step_pb < PF__ALONE_STEP_S);
+}
+
 static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
@@ -2793,7 +2805,7 @@ static void pf__autotune(pf_loader *l) {
            worker running */
         if (++l->at.help_quiet < 4) return;
         l->at.help_trial = false;
-        if (l->at.active && !l->at.park_failed && 2 * call_pb < step_pb) {
+        if (l->at.active && !l->at.park_failed && pf__alone_may_pay(call_pb, step_pb)) {
             /* the consumer never waited, yet a load costs under half
                of what it spends on a batch, handoffs included: pf_next
                loading every batch, with no handoff, may be faster (with
@@ -2896,8 +2908,8 @@ static void pf__autotune(pf_loader *l) {
        about what a handoff does: pf_next alone, with no handoff, may be
        faster, and only a trial tells (with a worker beside it every load
        looks dearer than it is). Before, only a help trial led there, and it
-       starts when the consumer waits: a consumer that hands batches over
-       faster than it takes them hardly waits, and 4 KiB memcpy loads on the
+       starts when the consumer waits: a consumer whose workers hand batches
+       over faster than it takes them hardly waits, and 4 KiB memcpy loads on the
        2-core VM ran 200-300 ms at 1 worker's 0.9 us a batch before a noisy
        period started it (in 3 runs of 6 at 400k batches: 0.68-1.00 us a
        batch over the run, 0.29-0.32 once there). A failure backs off as a
@@ -2951,10 +2963,19 @@ static void pf__autotune(pf_loader *l) {
         l->at.probing = true;
         pf__set_active(l, want, "input-bound", waited, thr);
     } else if (waited < 0.01 && idle > 0.5 && l->at.active > 1 && l->at.active > l->at.floor) {
+        /* down to what the busy share needs, one more for slack, at most
+           halving (as growth at most doubles), not below the floor: one
+           at a time, 16 workers left idle by loads that turned cheap
+           (workers_only, where pf_next alone is not an answer) took 2.4 s
+           to get to 8, at 0.26-0.36 of 1 worker (an outside trial) */
+        uint32_t want = (uint32_t)((double)l->at.active * (1 - idle)) + 2;
         if (++l->at.idle_streak < 3) return; /* three periods in a row, not one noisy one */
+        if (want < (l->at.active + 1) / 2) want = (l->at.active + 1) / 2;
+        if (want < l->at.floor) want = l->at.floor;
+        if (want >= l->at.active) want = l->at.active - 1;
         l->at.idle_streak = 0;
         l->at.shrunk = true;
-        pf__set_active(l, l->at.active - 1, "compute-bound, workers idle", waited, thr);
+        pf__set_active(l, want, "compute-bound, workers idle", waited, thr);
         return;
     }
     l->at.idle_streak = 0;

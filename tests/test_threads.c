@@ -1173,52 +1173,91 @@ static void test_a_failed_help_trial_tries_pf_next_alone(void) {
 
 /* Autotune tries pf_next alone (the workers parked) when they keep up with
    a consumer whose step is short and loads cost about what a handoff does
-   (4 KiB memcpy loads on the 2-core VM: a consumer that hands batches over
-   faster than it takes them hardly waits, so no help trial started, and
-   runs stayed at a worker's 0.9 us a batch where pf_next alone takes
-   0.3). Periods are made up under the lock, so no timing decides them:
-   20000 batches in 25 ms with no wait and 0.3 us loads start the trial;
-   the same throughput after it fails it (the workers come back, and no
-   trial until the loads change); a step of 100 us a batch never starts
-   one. */
-static void t_period(pf_loader *l, uint64_t batches, uint64_t ns, uint64_t load_ns) { /* lock held */
+   (4 KiB memcpy loads on the 2-core VM: a consumer whose workers keep up
+   hardly waits, so no help trial started, and runs stayed at a worker's
+   0.9 us a batch where pf_next alone takes 0.3). Periods are made up
+   under the lock, so no timing decides them: 20000 batches in 25 ms with
+   no wait and 0.3 us loads start the trial; the same throughput after it
+   fails it (the workers come back, and no trial until the loads change);
+   a step of 100 us a batch never starts one. And a help trial that ends
+   quiet (the workers kept up) with loads of 0.7 us, a step of 0.9 us,
+   tries pf_next alone too (it ended help for loads over half the step:
+   an outside trial saw 1 run in 35 stay at 1 worker). */
+static void t_period(pf_loader *l, uint64_t batches, uint64_t ns, uint64_t load_ns, double idle) { /* lock held */
     uint64_t now = pf__now_ns();
     pf__at_period_start(l, now - ns, l->st.wait_input_ns + l->st.wait_copy_ns);
     l->st.batches += batches;
     l->st.call_ns += batches * load_ns;
     l->st.load_ns += batches * load_ns;
+    l->st.worker_wait_ns += (uint64_t)(idle * (double)ns * l->at.active);
     l->st.last_ns = now;
     pf__autotune(l);
 }
-static void test_autotune_tries_pf_next_alone_when_workers_keep_up(void) {
+static pf_loader *t_autotuned(uint32_t workers, bool workers_only) {
     pf_config cfg = t_config_base(UINT64_C(1) << 40, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = NULL;
     cfg.load = nothing;
-    cfg.num_workers = 2;
+    cfg.num_workers = workers;
     cfg.autotune = 1;
+    cfg.workers_only = workers_only;
     cfg.timeout_ms = 0; /* else pf_next may not load (no pf_next is called here) */
     cfg.backend = PF_BACKEND_HOST;
-    for (int step_100us = 0; step_100us <= 1; step_100us++) {
-        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    if (l) {
         pf__lock(&l->sync.mu);
-        pf__set_active(l, 2, "test", 0, 0);
-        t_period(l, step_100us ? 250 : 20000, 25000000, 300);
-        if (step_100us) {
+        pf__set_active(l, workers, "test", 0, 0);
+        pf__unlock(&l->sync.mu);
+    }
+    return l;
+}
+static void test_autotune_tries_pf_next_alone_when_workers_keep_up(void) {
+    for (int kind = 0; kind < 3; kind++) {
+        pf_loader *l = t_autotuned(2, false);
+        if (!l) return;
+        pf__lock(&l->sync.mu);
+        if (kind == 0) {
+            t_period(l, 20000, 25000000, 300, 0);
+            CHECK_EQ(l->at.active, 0u);
+            CHECK(l->at.help && l->at.park_trial && l->at.park_last);
+            t_period(l, 20000, 25000000, 300, 0); /* not 5% faster: failed */
+            CHECK_EQ(l->at.active, 2u);
+            CHECK(!l->at.help && !l->at.park_trial && l->at.inline_failed && l->at.inline_wait > 0);
+            for (int k = 0; k < 300; k++) t_period(l, 20000, 25000000, 300, 0); /* the backoff passes */
+            CHECK_EQ(l->at.active, 2u); /* the same loads: not again */
+            CHECK(!l->at.help);
+        } else if (kind == 1) {
+            t_period(l, 250, 25000000, 300, 0); /* a step of 100 us */
             CHECK_EQ(l->at.active, 2u);
             CHECK(!l->at.help && !l->at.park_trial);
         } else {
+            l->at.help = l->at.help_trial = true; /* as if a starved period had started it */
+            l->at.thr_before = 1e9;
+            l->at.before = 2;
+            for (int k = 0; k < 4; k++) t_period(l, 27778, 25000000, 700, 0); /* quiet: 0.9 us a batch */
             CHECK_EQ(l->at.active, 0u);
-            CHECK(l->at.help && l->at.park_trial && l->at.park_last);
-            t_period(l, 20000, 25000000, 300); /* not 5% faster: failed */
-            CHECK_EQ(l->at.active, 2u);
-            CHECKF(!l->at.help && !l->at.park_trial && l->at.inline_failed && l->at.inline_wait > 0, "help %d park %d failed %d wait %u", (int)l->at.help, (int)l->at.park_trial, (int)l->at.inline_failed, (unsigned)l->at.inline_wait);
-            for (int k = 0; k < 300; k++) t_period(l, 20000, 25000000, 300); /* the backoff passes */
-            CHECK_EQ(l->at.active, 2u); /* the same loads: not again */
-            CHECK(!l->at.help);
+            CHECK(l->at.help && l->at.park_trial && l->at.park_quiet);
         }
         pf__unlock(&l->sync.mu);
         pf_destroy(l);
     }
+}
+
+/* Workers left idle (loads turned cheap, workers_only: pf_next alone is no
+   answer) park down to what their busy share needs, at most halving each
+   time, not one at a time: an outside trial's 16 workers took 2.4 s to get
+   to 8 at 0.26-0.36 of 1 worker. Made-up periods, 90% idle, three in a
+   row for each step: 16 -> 8 -> 4. */
+static void test_idle_workers_park_by_what_they_need(void) {
+    pf_loader *l = t_autotuned(16, true);
+    if (!l) return;
+    pf__lock(&l->sync.mu);
+    for (int k = 0; k < 3; k++) t_period(l, 1000, 25000000, 300, 0.9);
+    CHECK_EQ(l->at.active, 8u);
+    for (int k = 0; k < 3; k++) t_period(l, 1000, 25000000, 300, 0.9);
+    CHECK_EQ(l->at.active, 4u);
+    CHECK(!l->at.help);
+    pf__unlock(&l->sync.mu);
+    pf_destroy(l);
 }
 
 /* cfg.workers_only holds under autotune too: its trial of pf_next loading
@@ -2077,6 +2116,7 @@ static const h_test tests[] = {
     {"workers_only_keeps_loads_on_workers", test_workers_only_keeps_loads_on_workers},
     {"autotune_keeps_workers_only", test_autotune_keeps_workers_only},
     {"autotune_tries_pf_next_alone_when_workers_keep_up", test_autotune_tries_pf_next_alone_when_workers_keep_up},
+    {"idle_workers_park_by_what_they_need", test_idle_workers_park_by_what_they_need},
     {"two_releases_of_one_batch_one_wins", test_two_releases_of_one_batch_one_wins},
     {"autotune_shrink_while_the_caller_holds_three", test_autotune_shrink_while_the_caller_holds_three},
     {"a_failure_in_a_reused_slot_is_its_own", test_a_failure_in_a_reused_slot_is_its_own},
