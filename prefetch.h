@@ -2968,7 +2968,7 @@ static void pf__autotune(pf_loader *l) {
            at a time, 16 workers left idle by loads that turned cheap
            (workers_only, where pf_next alone is not an answer) took 2.4 s
            to get to 8, at 0.26-0.36 of 1 worker (an outside trial) */
-        uint32_t want = (uint32_t)((double)l->at.active * (1 - idle)) + 2;
+        uint32_t want = (uint32_t)((double)l->at.active * (idle < 1 ? 1 - idle : 0)) + 2; /* idle over 1: clock skew */
         if (++l->at.idle_streak < 3) return; /* three periods in a row, not one noisy one */
         if (want < (l->at.active + 1) / 2) want = (l->at.active + 1) / 2;
         if (want < l->at.floor) want = l->at.floor;
