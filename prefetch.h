@@ -2743,8 +2743,26 @@ static void pf__help_failed(pf_loader *l) {
    looks dearer than it is, so the first test alone missed 4 KiB copies
    now and then: an outside trial saw 1 run in 35 stay at 1 worker, 0.54
    of the others). */
+static bool pf__as_dear_as_a_handoff(double call_pb, double step_pb) {
+    return call_pb < PF__PARK_TRY_S && step_pb < PF__ALONE_STEP_S;
+}
 static bool pf__alone_may_pay(double call_pb, double step_pb) {
-    return 2 * call_pb < step_pb || (call_pb < PF__PARK_TRY_S && step_pb < PF__ALONE_STEP_S);
+    return 2 * call_pb < step_pb || pf__as_dear_as_a_handoff(call_pb, step_pb);
+}
+
+/* A trial of pf_next loading (help, or alone from the workers alone) may
+   start: where pf_next may load, with no increase of workers on trial,
+   the backoff passed, and not the loads a trial last failed with. */
+static bool pf__inline_may_try(const pf_loader *l, double call_pb) {
+    return pf__may_load(l) && !l->at.probing && !l->at.inline_wait &&
+           !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load));
+}
+/* ...and starts, judged against this period's throughput */
+static void pf__inline_try(pf_loader *l, double call_pb, double thr) {
+    l->at.inline_failed = false;
+    l->at.inline_load = call_pb;
+    l->at.thr_before = thr;
+    l->at.before = l->at.active;
 }
 
 static void pf__autotune(pf_loader *l) {
@@ -2891,13 +2909,8 @@ static void pf__autotune(pf_loader *l) {
        ran), cfg.timeout_ms (a load inside pf_next is not bounded by it) or
        cfg.workers_only (the trial ignored it, and a load that waits for
        the caller's next step hung, found by an outside trial). */
-    if (pf__may_load(l) && !l->at.probing &&
-        waited > 0.05 && call_pb < PF__INLINE_MAX_S &&
-        !l->at.inline_wait && !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
-        l->at.inline_failed = false;
-        l->at.inline_load = call_pb;
-        l->at.thr_before = thr;
-        l->at.before = l->at.active;
+    if (waited > 0.05 && call_pb < PF__INLINE_MAX_S && pf__inline_may_try(l, call_pb)) {
+        pf__inline_try(l, call_pb, thr);
         l->at.help = l->at.help_trial = true;
         l->at.help_quiet = 0;
         pf__set_active(l, l->sync.ncpu > 1 ? l->at.active : 0, "loads cheaper than a handoff: pf_next loads too",
@@ -2914,13 +2927,8 @@ static void pf__autotune(pf_loader *l) {
        period started it (in 3 runs of 6 at 400k batches: 0.68-1.00 us a
        batch over the run, 0.29-0.32 once there). A failure backs off as a
        help trial's does. */
-    if (pf__may_load(l) && !l->at.probing && l->at.active && waited <= 0.05 && call_pb < PF__PARK_TRY_S &&
-        step_pb < PF__ALONE_STEP_S && !l->at.inline_wait &&
-        !(l->at.inline_failed && !pf__drifted(call_pb, l->at.inline_load))) {
-        l->at.inline_failed = false;
-        l->at.inline_load = call_pb;
-        l->at.thr_before = thr;
-        l->at.before = l->at.active;
+    if (l->at.active && waited <= 0.05 && pf__as_dear_as_a_handoff(call_pb, step_pb) && pf__inline_may_try(l, call_pb)) {
+        pf__inline_try(l, call_pb, thr);
         l->at.help = l->at.park_trial = l->at.park_last = true; /* judged next period, failed as a help trial */
         l->at.help_trial = l->at.park_quiet = l->at.park_failed = false;
         pf__set_active(l, 0, "the workers keep up with a short step, loads are cheap: pf_next loads every batch",

@@ -1084,6 +1084,14 @@ static int nothing(void *user, pf_job *job) {
     job->bytes = 8;
     return 0;
 }
+/* pf_next loading on trial, as if a starved period had started it with 2
+   workers active; a trial judged fails (1e9 batches/s before it). Lock
+   held. */
+static void t_help_on_trial(pf_loader *l) {
+    l->at.help = l->at.help_trial = true;
+    l->at.thr_before = 1e9;
+    l->at.before = 2;
+}
 /* 2 workers under autotune, with pf_next loading on trial, as if a
    starved period had started it; a trial judged fails (1e9 batches/s
    before it) */
@@ -1097,9 +1105,7 @@ static pf_loader *on_help_trial(uint64_t n, int (*load)(void *, pf_job *)) {
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     pf__lock(&l->sync.mu);
     pf__set_active(l, 2, "test", 0, 0);
-    l->at.help = l->at.help_trial = true;
-    l->at.thr_before = 1e9;
-    l->at.before = 2;
+    t_help_on_trial(l);
     pf__unlock(&l->sync.mu);
     return l;
 }
@@ -1230,9 +1236,7 @@ static void test_autotune_tries_pf_next_alone_when_workers_keep_up(void) {
             CHECK_EQ(l->at.active, 2u);
             CHECK(!l->at.help && !l->at.park_trial);
         } else {
-            l->at.help = l->at.help_trial = true; /* as if a starved period had started it */
-            l->at.thr_before = 1e9;
-            l->at.before = 2;
+            t_help_on_trial(l);
             for (int k = 0; k < 4; k++) t_period(l, 27778, 25000000, 700, 0); /* quiet: 0.9 us a batch */
             CHECK_EQ(l->at.active, 0u);
             CHECK(l->at.help && l->at.park_trial && l->at.park_quiet);
