@@ -532,8 +532,9 @@ typedef struct pf_stats {
                                   the next batch is late and loads are cheap,
                                   and on autotune's trials; never with
                                   cfg.workers_only); counted in wait_input_s
-                                  (of loads under 2 us, 1 in 16 timed, the
-                                  rest at their average)                       */
+                                  (loads under 2 us come in runs, each run
+                                  timed as a whole, its loads at its mean;
+                                  single ones 1 in 16 timed)                   */
     uint64_t skipped;          /* bad samples skipped or marked (cfg.bad_samples),
                                   in batches handed on for delivery so far    */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
@@ -1553,7 +1554,7 @@ typedef struct pf__tuner {
     uint32_t inline_wait, inline_backoff; /* periods before the next trial; its doubling */
     bool inline_busy;      /* a pf_next is loading through the extra record:
                               pf_next from other threads waits meanwhile */
-    uint32_t inline_n;     /* loads pf_next made: 1 in PF__INLINE_TIMED is timed */
+    uint32_t inline_n;     /* pf__load_inline calls (a load or a run): 1 in PF__INLINE_TIMED timed */
     uint64_t inline_est;   /* the timed ones' duration, smoothed (ns)          */
     uint32_t dear_loads;   /* timed ones in a row over PF__HELP_DEAR_NS (pf__help_dear) */
     char msg[PF__MSG_SIZE]; /* the latest change, logged outside the lock   */
@@ -1567,7 +1568,7 @@ typedef struct pf__counters {
     uint64_t call_ns;      /* inside cfg.load alone (load_ns adds the claim) */
     uint64_t skipped;      /* bad samples in batches taken (>>samples) */
     uint64_t next_loads;   /* batches pf_next loaded itself (pf__load_inline) */
-    uint64_t runs;         /* runs of two batches or more a worker claimed (pf__run_len) */
+    uint64_t runs;         /* runs of two batches or more a worker or pf_next claimed (pf__run_len) */
     bool last_fresh;       /* a wait's end just set last_ns */
     uint64_t untimed_ns;   /* untimed loads in pf_next: input wait not yet credited */
     uint32_t waiters;      /* pf_next calls waiting: their waits are counted once */
@@ -3224,11 +3225,13 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
    0.96-1.04. Lock held. */
 #define PF__RUN_MAX 32u
 #define PF__RUN_LOAD_NS 2000u
-static uint32_t pf__run_len(const pf_loader *l, const pf__worker *w) {
-    uint32_t share, active = l->at.active ? l->at.active : 1;
-    if (!PF__SPIN_OK || !w->est_ns || w->est_ns >= PF__RUN_LOAD_NS) return 1; /* no atomics: no pf__mark_early */
-    /* + 1: the slot just claimed; pf_next, where it may load, shares too */
-    share = (l->ring.nfree + 1) / (active + (pf__may_load(l) ? 1u : 0u));
+static uint32_t pf__run_len(const pf_loader *l, uint64_t est, bool by_caller) {
+    uint32_t share, loaders;
+    if (!est || est >= PF__RUN_LOAD_NS) return 1;
+    /* the active workers share the slots, and pf_next where it may load
+       (or where it is the one loading) */
+    loaders = by_caller ? l->at.active + 1u : (l->at.active ? l->at.active : 1u) + (pf__may_load(l) ? 1u : 0u);
+    share = (l->ring.nfree + 1) / loaders; /* + 1: the slot just claimed */
     return share < 1 ? 1 : share > PF__RUN_MAX ? PF__RUN_MAX : share;
 }
 
@@ -3319,7 +3322,8 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         }
         run[0] = s;
         nrun = 1;
-        for (k = pf__run_len(l, w); nrun < k && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK;) nrun++;
+        /* a worker's runs need atomics (pf__mark_early) */
+        for (k = PF__SPIN_OK ? pf__run_len(l, w->est_ns, false) : 1; nrun < k && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK;) nrun++;
         for (k = 0; k < nrun; k++) seqs[k] = run[k]->seq;
         l->st.runs += nrun > 1;
         pf__unlock_wake(l);
@@ -3721,45 +3725,84 @@ static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
 
 /* pf_next loads (pf__may_help, or autotune found a load cheaper than
    handing a batch over between threads, at.help): when the next batch is
-   not ready, pf_next claims the next
-   unclaimed batch and loads it itself, through the pool's extra record
-   (id num_workers), as a worker would, instead of sleeping until a worker
-   wakes it; the workers load beside it. Never with the caller's
-   worker_init or worker_stop (their state belongs to worker threads). The
-   time counts as waiting for input: the consumer was not stepping. true:
-   a batch was loaded (take again); false: nothing to claim now, wait.
-   Lock held on entry and return, dropped around the load. */
+   not ready, pf_next claims the next unclaimed batch and loads it itself,
+   through the pool's extra record (id num_workers), as a worker would,
+   instead of sleeping until a worker wakes it; the workers load beside
+   it. Never with the caller's worker_init or worker_stop (their state
+   belongs to worker threads). The time counts as waiting for input: the
+   consumer was not stepping. true: a batch was loaded (take again);
+   false: nothing to claim now, wait. Lock held on entry and return,
+   dropped around the load.
+   Loads under PF__RUN_LOAD_NS come in runs, as a worker's do
+   (pf__run_len: its share of the free slots, up to PF__RUN_MAX): one
+   claim and one publish under the lock for the run, and the loads of
+   each side fill slots that side filled before, in its own cache. With
+   1 worker on the 2-core VM, alternated A/B, 3 runs each: shuffled 4 KiB
+   loads 1.02-1.04 -> 0.95-0.98 us a batch, 16 KiB in order 0.98-1.05 ->
+   0.94-0.96, shuffled 1.33-1.45 -> 1.27-1.29; autotune's 16 KiB in order
+   0.80-0.98 -> 0.71-0.74. A run is late by at most its loads, as a
+   worker's run is: the batch pf_next waits for is not held back by it
+   (it was claimed before, by a worker), and a run of loads turned dear
+   is seen at its end (a run is always timed, two clock reads for all of
+   it) and ends the runs (pf__help_dear, inline_est). */
 static bool pf__load_inline(pf_loader *l) {
     pf__worker *w = &l->pool.w[l->cfg.num_workers];
-    pf__slot *s = NULL;
-    /* Loads under PF__INLINE_UNTIMED_NS: 1 in PF__INLINE_TIMED reads the
-       clock, before and after; the others take the timed ones' smoothed
-       duration. A clock read waits for the copy the load just made: two
-       per batch made a 4 KiB batch in order 40% slower than the same load
-       without them. Dearer loads are all timed (the reads are noise
-       there), so an untimed load is off by under PF__INLINE_UNTIMED_NS,
-       except the few before a timed one sees loads turn dear. */
+    pf__slot *run[PF__RUN_MAX];
+    uint32_t nrun = 1, want, k;
+    int prev = PF_OK;
+    /* Single loads under PF__INLINE_UNTIMED_NS: 1 in PF__INLINE_TIMED reads
+       the clock, before and after; the others take the timed ones'
+       smoothed duration. A clock read waits for the copy the load just
+       made: two per batch made a 4 KiB batch in order 40% slower than the
+       same load without them. Dearer loads are all timed (the reads are
+       noise there), so an untimed load is off by under
+       PF__INLINE_UNTIMED_NS, except the few before a timed one sees loads
+       turn dear. */
     uint64_t est = l->at.inline_n % PF__INLINE_TIMED && l->at.inline_est < PF__INLINE_UNTIMED_NS ? l->at.inline_est : 0;
-    uint64_t now = est ? l->st.last_ns : pf__now_ns(), end;
-    if (l->at.inline_busy || pf__claim(l, w, now, &s) != PF__CLAIM_OK) return false;
+    uint64_t now, t0, end, per;
+    if (l->at.inline_busy) return false;
+    want = pf__run_len(l, l->at.inline_est, true);
+    if (want > 1) est = 0; /* a run is timed as a whole */
+    now = t0 = est ? l->st.last_ns : pf__now_ns();
+    if (pf__claim(l, w, now, &run[0]) != PF__CLAIM_OK) return false;
+    while (nrun < want && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK) nrun++;
+    l->st.runs += nrun > 1;
     l->at.inline_busy = true; /* one record: one loading caller at a time */
     l->at.inline_n++;
     if (!est) pf__wait_begins(l, now);
     pf__unlock_wake(l);
-    end = pf__worker_load(l, w, s, now, est); /* from the claim: the job's indices count as the load */
+    for (k = 0; k < nrun; k++) {
+        pf__slot *s = run[k];
+        if (prev != PF_OK) { /* a failed batch stops the loading (pf__publish): the rest is not loaded */
+            pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: the batch before it in "
+                       "pf_next's run failed", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
+            s->result = prev;
+            continue;
+        }
+        /* from the claim: the job's indices count as the load; a run's
+           loads are untimed, the run is timed after them */
+        now = pf__worker_load(l, w, s, now, nrun > 1 ? l->at.inline_est : est);
+        prev = s->result;
+    }
+    end = nrun > 1 ? pf__now_ns() : now;
+    per = (end - t0) / nrun;
     pf__lock(&l->sync.mu);
     l->at.inline_busy = false;
-    l->st.next_loads++;
+    l->st.next_loads += nrun;
     if (!est) {
-        l->at.inline_est = l->at.inline_est ? l->at.inline_est - l->at.inline_est / 4 + (end - now) / 4 : end - now;
+        l->at.inline_est = l->at.inline_est ? l->at.inline_est - l->at.inline_est / 4 + per / 4 : per;
         if (!l->at.inline_est) l->at.inline_est = 1;
         pf__wait_ends(l, PF__WAIT_INPUT, end);
-        pf__help_dear(l, end, end - now);
+        pf__help_dear(l, end, per);
     } else {
         if (!l->st.waiters) l->st.untimed_ns += est; /* else a waiting pf_next's span covers it */
         l->st.last_fresh = true; /* no clock read in pf_next's frame either */
     }
-    pf__loaded(l, s, end);
+    for (k = 0; k < nrun; k++) { /* each load takes the run's mean (one load: its own time) */
+        run[k]->started_ns = t0 + k * per;
+        if (nrun > 1) run[k]->call_ns = run[k]->result == PF_OK ? per : 0;
+        pf__loaded(l, run[k], t0 + (k + 1) * per);
+    }
     pf__wake_takers(l); /* another pf_next waiting for the record gets its turn */
     return true;
 }

@@ -698,7 +698,9 @@ static void test_timeout_names_late_batch_and_worker(void) {
     CHECK_EQ(pf_next(c.l, &b), PF_TIMEOUT); /* still waiting, still fine */
     t_gate_open(&t);
     /* the loader works on: the late batch and the rest arrive */
+    pf__lock(&c.l->sync.mu); /* workers read it (pf__may_load) */
     c.l->cfg.timeout_ms = T_WAIT_MS;
+    pf__unlock(&c.l->sync.mu);
     CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
     CHECK_EQ(r.n, 5);
     CHECK_EQ(r.v[0].batch, 1);
@@ -721,7 +723,9 @@ static void test_timeout_when_no_worker_started(void) {
     CHECK_EQ(pf_next(c.l, &b), PF_TIMEOUT);
     CHECK_CONTAINS(pf_error(c.l), "epoch 0 batch 0 is late: no worker has started it");
     t_gate_open(&t);
+    pf__lock(&c.l->sync.mu); /* workers read it (pf__may_load) */
     c.l->cfg.timeout_ms = T_WAIT_MS;
+    pf__unlock(&c.l->sync.mu);
     CHECK_EQ(t_next(&c, &b), PF_OK);
     CHECK_EQ(b.batch, 0);
     t_release(&c, &b);

@@ -1015,6 +1015,91 @@ static void test_a_failed_load_in_pf_next_names_pf_next(void) {
 }
 static void test_pf_next_helps_the_workers(void) { run_pf_next_loads(true); }
 
+/* pf_next loads cheap batches in runs, as a worker does (pf__load_inline):
+   its share of the free slots claimed at once, loaded, then published
+   together. Every batch still comes once with its own bytes, in order
+   (or, unordered, once each); a failure inside a run is that batch's own
+   error, and the run's batches after it never come. The loads are made
+   cheap by hand (inline_est, before every pf_next), so that no timing on
+   a loaded machine or under a sanitizer decides whether runs happen. */
+typedef struct fail_at {
+    uint64_t batch;
+    unsigned after; /* loads of batches past it (atomic) */
+} fail_at;
+static int id_or_fail_load(void *user, pf_job *job) {
+    fail_at *f = (fail_at *)user;
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = sizeof job->batch;
+    if (job->batch > f->batch) __atomic_add_fetch(&f->after, 1u, __ATOMIC_RELAXED);
+    return job->batch == f->batch ? pf_job_fail(job, "bad batch %llu", (unsigned long long)job->batch) : 0;
+}
+static void run_pf_next_runs(bool unordered, uint64_t fail_batch) {
+    enum { N = 400 };
+    fail_at f = {fail_batch, 0};
+    pf_config cfg = t_config_base(N, 1, 8, 1);
+    pf_loader *l;
+    pf_stats st;
+    pf_result r = PF_OK;
+    unsigned char seen[N] = {0};
+    uint64_t got = 0, runs;
+    cfg.load = id_or_fail_load;
+    cfg.user = &f;
+    cfg.num_workers = 1;
+    cfg.host_slots = 16;
+    cfg.unordered = unordered;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    if (!l) return;
+    pf__lock(&l->sync.mu);
+    l->at.active = 0; /* pf_next loads every batch past the few the worker claimed first */
+    pf__unlock(&l->sync.mu);
+    for (;;) {
+        pf_batch b;
+        uint64_t id;
+        pf__lock(&l->sync.mu);
+        l->at.inline_est = 1;
+        pf__unlock(&l->sync.mu);
+        r = pf_next(l, &b);
+        if (r != PF_OK) break;
+        memcpy(&id, b.data, sizeof id);
+        CHECK_EQ(id, b.batch);
+        CHECK(b.batch < N && !seen[b.batch]);
+        if (b.batch < N) seen[b.batch] = 1;
+        if (!unordered) CHECK_EQ(b.batch, got);
+        got++;
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    pf_get_stats(l, &st);
+    pf__lock(&l->sync.mu);
+    runs = l->st.runs;
+    pf__unlock(&l->sync.mu);
+    CHECKF(runs > 0, "pf_next made no run in %llu loads", (unsigned long long)st.next_loads);
+    if (fail_batch >= N) {
+        CHECK_EQ(r, PF_END_OF_EPOCH);
+        CHECK_EQ(got, N);
+        CHECKF(st.next_loads >= N - 16, "pf_next loaded %llu of %u", (unsigned long long)st.next_loads, (unsigned)N);
+    } else {
+        char want[96];
+        CHECK_EQ(r, PF_ERR_LOAD);
+        snprintf(want, sizeof want, "load failed for epoch 0 batch %llu (pf_next", (unsigned long long)fail_batch);
+        CHECK_CONTAINS(pf_error(l), want);
+        CHECK(!seen[fail_batch]);
+        /* the run stops at the failure: no load after it (the worker parked before it) */
+        CHECK_EQ(__atomic_load_n(&f.after, __ATOMIC_RELAXED), 0u);
+        if (!unordered) CHECK_EQ(got, fail_batch);
+        else CHECKF(got <= fail_batch + 16, "%llu batches came, the failure was at %llu", (unsigned long long)got,
+                    (unsigned long long)fail_batch);
+    }
+    pf_destroy(l);
+}
+static void test_pf_next_loads_in_runs(void) {
+    run_pf_next_runs(false, UINT64_MAX);
+    run_pf_next_runs(true, UINT64_MAX);
+    run_pf_next_runs(false, 150);
+    run_pf_next_runs(true, 150);
+}
+
 
 /* Autotune's first period leaves out the batches loaded before the first
    pf_next (the consumer started late): taken at once, they made one
@@ -2101,6 +2186,7 @@ static const h_test tests[] = {
     {"pf_next_load_stats_follow_a_changing_load", test_pf_next_load_stats_follow_a_changing_load},
     {"stats_never_go_back_while_pf_next_loads", test_stats_never_go_back_while_pf_next_loads},
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
+    {"pf_next_loads_in_runs", test_pf_next_loads_in_runs},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
     {"pf_next_stops_loading_when_loads_turn_dear", test_pf_next_stops_loading_when_loads_turn_dear},
