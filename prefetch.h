@@ -927,6 +927,7 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #define PF__DEFAULT_WINDOW 8u
 #define PF__DEFAULT_AUTOTUNE_WORKERS 16u /* I/O-bound loads scale past the cores */
 #define PF__WAIT 100 /* internal: nothing to take yet */
+#define PF__RUN_MAX 32u /* batches in a run, at most (>>workers) */
 
 /* Atomics only for what is read without the lock: the cancel flag (load
    callbacks) and the pulses and spinner count of >>waiting. gcc/clang
@@ -1398,6 +1399,8 @@ typedef struct pf__sync {
        of a worker's time), the pulses by spinning threads */
     char pf__pad0[PF__LINE];
     int stopping;    /* pf_destroy began; read by pf_job_cancelled without the lock */
+    uint64_t fail_seq; /* in order: the first load that failed (claim seq; UINT64_MAX: none),
+                          set as it fails: runs load nothing after it (pf__after_failure) */
     char pf__pad3[PF__LINE];
     uint32_t pulse[PF__ROLES];   /* bumped, under the lock, by every pf__wake of the role */
     char pf__pad2[PF__LINE];
@@ -1427,6 +1430,9 @@ typedef struct pf__ring {
     uint32_t *grown_from;        /* the first slot of each */
     pf__slot *slots;
     uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
+    uint32_t orphans[PF__RUN_MAX], norphans; /* claimed by pf_next's run, handed back
+                                    unloaded (pf__load_inline): claimed first, lowest
+                                    batch on top (pf__claim) */
     uint32_t *order;             /* in order: order[seq % nslots] = slot + 1, from
                                     its claim until it is taken */
     uint32_t *ready_fifo, ready_head, ready_count; /* unordered */
@@ -2283,8 +2289,16 @@ static void pf__take_released(pf_loader *l); /* >>ring */
 static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) {
     for (;;) {
         pf__slot *s;
-        if (l->sync.stopping || l->claim.done) return PF__CLAIM_DONE;
+        if (l->sync.stopping) return PF__CLAIM_DONE;
         if (w->id >= l->at.active && w->id < l->cfg.num_workers) return PF__CLAIM_PARKED; /* autotune: not needed now */
+        if (l->ring.norphans) { /* claimed already, slot and all: loaded before anything new */
+            s = &l->ring.slots[l->ring.orphans[--l->ring.norphans]];
+            s->worker = w->id;
+            s->started_ns = now;
+            *out = s;
+            return PF__CLAIM_OK;
+        }
+        if (l->claim.done) return PF__CLAIM_DONE;
         if (l->ring.nfree == 0) pf__take_released(l);
         if (l->ring.nfree == 0) return PF__CLAIM_NO_SLOT;
         if (!l->claim.planned) {
@@ -3152,6 +3166,32 @@ static bool pf__worker_gate(pf_loader *l) {
     return go;
 }
 
+/* In order nothing after a failed batch is delivered (pf__publish stops
+   the claims), so a run loads nothing after it either: the loader that
+   saw it fail says so at once, without the lock, and every run looks
+   before each load. Runs of 32 went on loading batches after it (an
+   outside trial saw the load callback run for 1-13 of them after pf_next
+   had returned the failure). Unordered, the batches before and after it
+   are all delivered until it is taken: left as they were. */
+static void pf__note_failure(pf_loader *l, const pf__slot *s) {
+#if PF__SPIN_OK
+    uint64_t seen = PF__LOAD_RELAXED(&l->sync.fail_seq);
+    if (l->cfg.unordered) return;
+    while (s->seq < seen && !PF__CAS_SC(&l->sync.fail_seq, &seen, s->seq)) {
+    }
+#else
+    (void)l, (void)s;
+#endif
+}
+static bool pf__after_failure(pf_loader *l, const pf__slot *s) {
+#if PF__SPIN_OK
+    return s->seq > PF__LOAD_RELAXED(&l->sync.fail_seq);
+#else
+    (void)l, (void)s;
+    return false;
+#endif
+}
+
 /* Run cfg.load for claimed slot s, unlocked, and judge what it did: a
    failure or an overflowing job->bytes becomes the slot's result and
    message. start: the clock just before (0: read it here; a clock read
@@ -3186,6 +3226,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
                    !w->failed ? "the callback returned non-zero without pf_job_fail"
                    : w->msg[0] ? w->msg : "(pf_job_fail with an empty message)");
         s->result = PF_ERR_LOAD;
+        pf__note_failure(l, s);
     } else if (job.bytes > job.capacity) {
         pf__format(s->msg, PF__MSG_SIZE,
                    "load for epoch %llu batch %llu (%s) set job->bytes = %llu, more than "
@@ -3193,6 +3234,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
                    (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch, w->name,
                    (unsigned long long)job.bytes, (unsigned long long)job.capacity);
         s->result = PF_ERR_LOAD;
+        pf__note_failure(l, s);
     } else {
         pf__job_end(l, s, w, &job);
     }
@@ -3223,7 +3265,6 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
    32, not 8: cheap 4 KiB loads with 1 worker and 64 slots went from 0.75
    to 0.60 us a batch on the 2-core VM (16: 0.66), 16 KiB from 1.15 to
    0.96-1.04. Lock held. */
-#define PF__RUN_MAX 32u
 #define PF__RUN_LOAD_NS 2000u
 static uint32_t pf__run_len(const pf_loader *l, uint64_t est, bool by_caller) {
     uint32_t share, loaders;
@@ -3330,12 +3371,13 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         for (k = 0, prev = PF_OK; k < nrun; k++) {
             s = run[k];
             starts[k] = now;
-            if (prev != PF_OK || (k && PF__LOAD_FLAG(&l->sync.stopping))) {
+            if (prev != PF_OK || (k && PF__LOAD_FLAG(&l->sync.stopping)) || pf__after_failure(l, s)) {
                 /* a failed batch stops the loading (pf__publish), a stop
                    stops it too: the rest of the run is not loaded */
                 pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: %s",
                            (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch,
-                           prev != PF_OK ? "the batch before it in this worker's run failed" : "the loader stopped");
+                           prev != PF_OK ? "the batch before it in this worker's run failed"
+                           : pf__after_failure(l, s) ? "a batch before it failed" : "the loader stopped");
                 s->result = prev != PF_OK ? prev : PF_ERR_LOAD;
                 s->call_ns = 0;
                 ends[k] = now;
@@ -3742,13 +3784,14 @@ static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
    0.94-0.96, shuffled 1.33-1.45 -> 1.27-1.29; autotune's 16 KiB in order
    0.80-0.98 -> 0.71-0.74. A run is late by at most its loads, as a
    worker's run is: the batch pf_next waits for is not held back by it
-   (it was claimed before, by a worker), and a run of loads turned dear
-   is seen at its end (a run is always timed, two clock reads for all of
-   it) and ends the runs (pf__help_dear, inline_est). */
+   (it was claimed before, by a worker). A run is timed as a whole, and
+   loads that turn dear during it end it (below), and the runs after it
+   (inline_est, pf__help_dear). */
+#define PF__RUN_DEAR_NS ((uint64_t)4 * PF__RUN_LOAD_NS) /* a run's loads, on average, that end it */
 static bool pf__load_inline(pf_loader *l) {
     pf__worker *w = &l->pool.w[l->cfg.num_workers];
     pf__slot *run[PF__RUN_MAX];
-    uint32_t nrun = 1, want, k;
+    uint32_t nrun = 1, want, k, kept, loaded = 0;
     int prev = PF_OK;
     /* Single loads under PF__INLINE_UNTIMED_NS: 1 in PF__INLINE_TIMED reads
        the clock, before and after; the others take the timed ones'
@@ -3759,7 +3802,7 @@ static bool pf__load_inline(pf_loader *l) {
        PF__INLINE_UNTIMED_NS, except the few before a timed one sees loads
        turn dear. */
     uint64_t est = l->at.inline_n % PF__INLINE_TIMED && l->at.inline_est < PF__INLINE_UNTIMED_NS ? l->at.inline_est : 0;
-    uint64_t now, t0, end, per;
+    uint64_t now, t0, end, span, per;
     if (l->at.inline_busy) return false;
     want = pf__run_len(l, l->at.inline_est, true);
     if (want > 1) est = 0; /* a run is timed as a whole */
@@ -3771,37 +3814,55 @@ static bool pf__load_inline(pf_loader *l) {
     l->at.inline_n++;
     if (!est) pf__wait_begins(l, now);
     pf__unlock_wake(l);
-    for (k = 0; k < nrun; k++) {
+    for (k = 0, kept = nrun; k < kept; k++) {
         pf__slot *s = run[k];
-        if (prev != PF_OK) { /* a failed batch stops the loading (pf__publish): the rest is not loaded */
-            pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: the batch before it in "
-                       "pf_next's run failed", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
-            s->result = prev;
+        if (prev != PF_OK || pf__after_failure(l, s)) { /* nothing after a failed batch is delivered */
+            pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: %s", (unsigned long long)s->b.epoch,
+                       (unsigned long long)s->b.batch,
+                       prev != PF_OK ? "the batch before it in pf_next's run failed" : "a batch before it failed");
+            s->result = prev != PF_OK ? prev : PF_ERR_LOAD;
             continue;
         }
         /* from the claim: the job's indices count as the load; a run's
            loads are untimed, the run is timed after them */
         now = pf__worker_load(l, w, s, now, nrun > 1 ? l->at.inline_est : est);
         prev = s->result;
+        loaded++;
+        /* loads that turned dear end the run: the clock after the first
+           two and every fourth, so a caller waits for at most four dear
+           loads (an outside trial's 2 ms loads, after 1000 cheap ones, held
+           one pf_next for 32 of them: 64 ms). What is left goes back to be
+           claimed as it is (pf__claim). */
+        if (nrun > 1 && k + 1 < kept && (k < 2 || k % 4 == 3)) {
+            now = pf__now_ns();
+            if (now - t0 > (uint64_t)(k + 1) * PF__RUN_DEAR_NS) kept = k + 1;
+        }
     }
     end = nrun > 1 ? pf__now_ns() : now;
-    per = (end - t0) / nrun;
+    span = (end - t0) / kept;
+    per = loaded ? (end - t0) / loaded : 0;
     pf__lock(&l->sync.mu);
     l->at.inline_busy = false;
-    l->st.next_loads += nrun;
+    l->st.next_loads += loaded;
     if (!est) {
-        l->at.inline_est = l->at.inline_est ? l->at.inline_est - l->at.inline_est / 4 + per / 4 : per;
+        if (loaded) l->at.inline_est = l->at.inline_est ? l->at.inline_est - l->at.inline_est / 4 + per / 4 : per;
         if (!l->at.inline_est) l->at.inline_est = 1;
         pf__wait_ends(l, PF__WAIT_INPUT, end);
         pf__help_dear(l, end, per);
     } else {
-        if (!l->st.waiters) l->st.untimed_ns += est; /* else a waiting pf_next's span covers it */
+        if (!l->st.waiters) l->st.untimed_ns += end - t0; /* else a waiting pf_next's span covers it */
         l->st.last_fresh = true; /* no clock read in pf_next's frame either */
     }
-    for (k = 0; k < nrun; k++) { /* each load takes the run's mean (one load: its own time) */
-        run[k]->started_ns = t0 + k * per;
-        if (nrun > 1) run[k]->call_ns = run[k]->result == PF_OK ? per : 0;
-        pf__loaded(l, run[k], t0 + (k + 1) * per);
+    for (k = 0; k < kept; k++) { /* each load takes the run's mean (one load: its own time) */
+        run[k]->started_ns = t0 + k * span;
+        if (nrun > 1) run[k]->call_ns = run[k]->result == PF_OK ? span : 0;
+        pf__loaded(l, run[k], t0 + (k + 1) * span);
+    }
+    if (kept < nrun) {
+        /* at most one run's rest: a run claims what was handed back first */
+        PF_ASSERT(l->ring.norphans + (nrun - kept) <= PF__RUN_MAX);
+        for (k = nrun; k-- > kept;) l->ring.orphans[l->ring.norphans++] = run[k]->index; /* the lowest on top */
+        pf__wake_all_workers(l);
     }
     pf__wake_takers(l); /* another pf_next waiting for the record gets its turn */
     return true;
@@ -5671,6 +5732,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->ops = ops;
     l->stride = stride;
     l->ring.nslots = nslots;
+    l->sync.fail_seq = UINT64_MAX;
     l->claim.plan_cap = plan_cap;
     l->ring.slots = (pf__slot *)(base + o_slots);
     l->ring.free_stack = (uint32_t *)(base + o_free);

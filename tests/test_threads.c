@@ -1100,6 +1100,163 @@ static void test_pf_next_loads_in_runs(void) {
     run_pf_next_runs(true, 150);
 }
 
+/* Loads that turn dear in the middle of pf_next's run end the run: one
+   pf_next waits for at most 4 of them (the clock is read after a run's
+   first two loads and every fourth), and what the run claimed but did not
+   load goes back, to be loaded later as it is: every batch still comes
+   once, with its own bytes, in order. Runs forced as above; the worker
+   stays parked, so every dear load is pf_next's. */
+typedef struct turns_dear {
+    uint64_t from;      /* batches from here sleep 1 ms */
+    unsigned dear_here; /* dear loads since the caller reset it (the caller's thread only) */
+} turns_dear;
+static int turns_dear_load(void *user, pf_job *job) {
+    turns_dear *t = (turns_dear *)user;
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = sizeof job->batch;
+    if (job->batch >= t->from) {
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+        t->dear_here++;
+    }
+    return 0;
+}
+static void run_turns_dear(bool unordered) {
+    enum { N = 140 };
+    turns_dear t = {100, 0};
+    pf_config cfg = t_config_base(N, 1, 8, 1);
+    pf_loader *l;
+    unsigned char seen[N] = {0};
+    unsigned most = 0;
+    uint64_t got = 0;
+    pf_result r;
+    cfg.load = turns_dear_load;
+    cfg.user = &t;
+    cfg.num_workers = 1;
+    cfg.host_slots = 16;
+    cfg.unordered = unordered;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    if (!l) return;
+    pf__lock(&l->sync.mu);
+    l->at.active = 0;
+    pf__unlock(&l->sync.mu);
+    for (;;) {
+        pf_batch b;
+        uint64_t id;
+        pf__lock(&l->sync.mu);
+        l->at.inline_est = 1; /* cheap, says the estimate: a run */
+        pf__unlock(&l->sync.mu);
+        t.dear_here = 0;
+        r = pf_next(l, &b);
+        if (t.dear_here > most) most = t.dear_here;
+        if (r != PF_OK) break;
+        memcpy(&id, b.data, sizeof id);
+        CHECK_EQ(id, b.batch);
+        CHECK(b.batch < N && !seen[b.batch]);
+        if (b.batch < N) seen[b.batch] = 1;
+        if (!unordered) CHECK_EQ(b.batch, got);
+        got++;
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    CHECK_EQ(r, PF_END_OF_EPOCH);
+    CHECK_EQ(got, N);
+    CHECKF(most >= 1 && most <= 4, "one pf_next waited for %u dear loads", most);
+    pf_destroy(l);
+}
+static void test_loads_that_turn_dear_end_pf_next_s_run(void) {
+    run_turns_dear(false);
+    run_turns_dear(true);
+}
+
+/* Once a load fails, no load of a later batch starts, on any thread: in
+   order none of them would be delivered. pf_next alone loads a run of 32
+   (of 48 slots) with batch 3 in it; as batch 3 loads, the worker is let
+   in, claims a run of later batches, and its first load waits (bounded)
+   until batch 3 has failed: the rest of its run must not load. */
+typedef struct fail_seen {
+    pf_loader *l;        /* set once pf_create returns (atomic) */
+    uint64_t fail;       /* the batch that fails, on the caller's thread */
+    unsigned worker_in;  /* the worker began a load past it (atomic) */
+    unsigned late;       /* loads of batches past it begun once it had failed (atomic) */
+    unsigned waited_out; /* a bounded wait ran out (atomic) */
+} fail_seen;
+static void fail_seen_wait(fail_seen *f, const unsigned *flag, const uint64_t *seq) {
+    double until = t_now_s() + 10; /* bounded */
+    while ((flag ? !__atomic_load_n(flag, __ATOMIC_ACQUIRE) : PF__LOAD_RELAXED(seq) == UINT64_MAX) &&
+           t_now_s() < until) {
+    }
+    if (flag ? !__atomic_load_n(flag, __ATOMIC_ACQUIRE) : PF__LOAD_RELAXED(seq) == UINT64_MAX)
+        __atomic_add_fetch(&f->waited_out, 1u, __ATOMIC_RELAXED);
+}
+static int fail_seen_load(void *user, pf_job *job) {
+    fail_seen *f = (fail_seen *)user;
+    pf_loader *l;
+    double until = t_now_s() + 10; /* bounded */
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = sizeof job->batch;
+    while (!(l = __atomic_load_n(&f->l, __ATOMIC_ACQUIRE)) && t_now_s() < until) {
+    }
+    if (!l) return pf_job_fail(job, "the test never set its loader");
+    if (job->batch > f->fail && PF__LOAD_RELAXED(&l->sync.fail_seq) != UINT64_MAX)
+        __atomic_add_fetch(&f->late, 1u, __ATOMIC_RELAXED);
+    if (job->batch == f->fail) { /* pf_next's run: the worker comes in, and its run begins */
+        pf__lock(&l->sync.mu);
+        l->at.active = 1;
+        l->pool.w[0].est_ns = 1; /* its loads look cheap: its claim is a run */
+        pf__wake(l, PF__ROLE_PARKED);
+        pf__unlock(&l->sync.mu);
+        fail_seen_wait(f, &f->worker_in, NULL);
+        return pf_job_fail(job, "bad batch %llu", (unsigned long long)job->batch);
+    }
+    if (job->batch > f->fail && job->worker < l->cfg.num_workers && !__atomic_load_n(&f->worker_in, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&f->worker_in, 1u, __ATOMIC_RELEASE);
+        fail_seen_wait(f, NULL, &l->sync.fail_seq); /* the rest of its run is after the failure */
+    }
+    return 0;
+}
+static void test_no_load_begins_after_a_failure(void) {
+    fail_seen f;
+    pf_config cfg = t_config_base(400, 1, 8, 1);
+    pf_loader *l;
+    pf_result r;
+    uint64_t got = 0;
+    memset(&f, 0, sizeof f);
+    f.fail = 3;
+    cfg.load = fail_seen_load;
+    cfg.user = &f;
+    cfg.num_workers = 1;
+    cfg.host_slots = 48;
+    cfg.backend = PF_BACKEND_HOST;
+    cfg.timeout_ms = 60000; /* bounded */
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    if (!l) return;
+    pf__lock(&l->sync.mu);
+    l->at.active = 0; /* pf_next alone, until batch 3 loads */
+    l->at.help = true; /* and beside the worker after that */
+    pf__unlock(&l->sync.mu);
+    __atomic_store_n(&f.l, l, __ATOMIC_RELEASE);
+    for (;;) {
+        pf_batch b;
+        pf__lock(&l->sync.mu);
+        l->at.inline_est = 1; /* a run */
+        pf__unlock(&l->sync.mu);
+        r = pf_next(l, &b);
+        if (r != PF_OK) break;
+        CHECK_EQ(b.batch, got);
+        got++;
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    CHECK_EQ(r, PF_ERR_LOAD);
+    CHECK_EQ(got, f.fail);
+    CHECK_CONTAINS(pf_error(l), "load failed for epoch 0 batch 3 (pf_next");
+    pf_destroy(l); /* every load has ended */
+    CHECK_EQ(__atomic_load_n(&f.waited_out, __ATOMIC_RELAXED), 0u);
+    CHECKF(__atomic_load_n(&f.late, __ATOMIC_RELAXED) == 0, "%u loads of later batches began after the failure",
+           __atomic_load_n(&f.late, __ATOMIC_RELAXED));
+}
+
 
 /* Autotune's first period leaves out the batches loaded before the first
    pf_next (the consumer started late): taken at once, they made one
@@ -2187,6 +2344,8 @@ static const h_test tests[] = {
     {"stats_never_go_back_while_pf_next_loads", test_stats_never_go_back_while_pf_next_loads},
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"pf_next_loads_in_runs", test_pf_next_loads_in_runs},
+    {"loads_that_turn_dear_end_pf_next_s_run", test_loads_that_turn_dear_end_pf_next_s_run},
+    {"no_load_begins_after_a_failure", test_no_load_begins_after_a_failure},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
     {"pf_next_stops_loading_when_loads_turn_dear", test_pf_next_stops_loading_when_loads_turn_dear},
