@@ -814,12 +814,15 @@ static void test_pf_next_loads_when_no_worker_is_active(void) { run_pf_next_load
 
 /* A loader whose pf_next loads every batch (past the few its worker had
    claimed before it parked), forced, so that no timing decides it. */
-static pf_loader *t_pf_next_loader(uint64_t n, size_t batch_bytes, pf_load_fn load) {
+static pf_loader *t_pf_next_loader_with(uint64_t n, size_t batch_bytes, pf_load_fn load, void *user, uint32_t slots,
+                                        bool unordered) {
     pf_config cfg = t_config_base(n, 1, batch_bytes, 1);
     pf_loader *l = NULL;
     cfg.load = load;
+    cfg.user = user;
     cfg.num_workers = 1;
-    cfg.host_slots = 3;
+    cfg.host_slots = slots;
+    cfg.unordered = unordered;
     cfg.backend = PF_BACKEND_HOST;
     cfg.timeout_ms = 60000; /* bounded */
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
@@ -828,6 +831,9 @@ static pf_loader *t_pf_next_loader(uint64_t n, size_t batch_bytes, pf_load_fn lo
     l->at.active = 0;
     pf__unlock(&l->sync.mu);
     return l;
+}
+static pf_loader *t_pf_next_loader(uint64_t n, size_t batch_bytes, pf_load_fn load) {
+    return t_pf_next_loader_with(n, batch_bytes, load, NULL, 3, false);
 }
 
 /* pf_next times only 1 of every PF__INLINE_TIMED loads it makes (a clock
@@ -1033,42 +1039,43 @@ static int id_or_fail_load(void *user, pf_job *job) {
     if (job->batch > f->batch) __atomic_add_fetch(&f->after, 1u, __ATOMIC_RELAXED);
     return job->batch == f->batch ? pf_job_fail(job, "bad batch %llu", (unsigned long long)job->batch) : 0;
 }
+/* A loader whose pf_next loads every batch past the few its worker claimed
+   first, and, with t_run_next, in runs (its loads cheap by the estimate,
+   forced before every pf_next): no timing on a loaded machine or under a
+   sanitizer decides it. */
+static pf_loader *t_runs_loader(uint64_t n, pf_load_fn load, void *user, bool unordered) {
+    return t_pf_next_loader_with(n, 8, load, user, 16, unordered);
+}
+/* pf_next on such a loader, the batch checked: its own bytes (its number),
+   once (seen[], n of them), in order unless unordered; then released. */
+static pf_result t_run_next(pf_loader *l, unsigned char *seen, uint64_t n, uint64_t *got) {
+    pf_batch b;
+    uint64_t id;
+    pf_result r;
+    pf__lock(&l->sync.mu);
+    l->at.inline_est = 1; /* cheap, says the estimate: a run */
+    pf__unlock(&l->sync.mu);
+    r = pf_next(l, &b);
+    if (r != PF_OK) return r;
+    memcpy(&id, b.data, sizeof id);
+    CHECK_EQ(id, b.batch);
+    CHECK(b.batch < n && !seen[b.batch]);
+    if (b.batch < n) seen[b.batch] = 1;
+    if (!l->cfg.unordered) CHECK_EQ(b.batch, *got);
+    ++*got;
+    CHECK_EQ(pf_release(l, &b), PF_OK);
+    return r;
+}
 static void run_pf_next_runs(bool unordered, uint64_t fail_batch) {
     enum { N = 400 };
     fail_at f = {fail_batch, 0};
-    pf_config cfg = t_config_base(N, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = t_runs_loader(N, id_or_fail_load, &f, unordered);
     pf_stats st;
-    pf_result r = PF_OK;
+    pf_result r;
     unsigned char seen[N] = {0};
     uint64_t got = 0, runs;
-    cfg.load = id_or_fail_load;
-    cfg.user = &f;
-    cfg.num_workers = 1;
-    cfg.host_slots = 16;
-    cfg.unordered = unordered;
-    cfg.backend = PF_BACKEND_HOST;
-    cfg.timeout_ms = 60000; /* bounded */
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     if (!l) return;
-    pf__lock(&l->sync.mu);
-    l->at.active = 0; /* pf_next loads every batch past the few the worker claimed first */
-    pf__unlock(&l->sync.mu);
-    for (;;) {
-        pf_batch b;
-        uint64_t id;
-        pf__lock(&l->sync.mu);
-        l->at.inline_est = 1;
-        pf__unlock(&l->sync.mu);
-        r = pf_next(l, &b);
-        if (r != PF_OK) break;
-        memcpy(&id, b.data, sizeof id);
-        CHECK_EQ(id, b.batch);
-        CHECK(b.batch < N && !seen[b.batch]);
-        if (b.batch < N) seen[b.batch] = 1;
-        if (!unordered) CHECK_EQ(b.batch, got);
-        got++;
-        CHECK_EQ(pf_release(l, &b), PF_OK);
+    while ((r = t_run_next(l, seen, N, &got)) == PF_OK) {
     }
     pf_get_stats(l, &st);
     pf__lock(&l->sync.mu);
@@ -1124,42 +1131,17 @@ static int turns_dear_load(void *user, pf_job *job) {
 static void run_turns_dear(bool unordered) {
     enum { N = 140 };
     turns_dear t = {100, 0};
-    pf_config cfg = t_config_base(N, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = t_runs_loader(N, turns_dear_load, &t, unordered);
     unsigned char seen[N] = {0};
     unsigned most = 0;
     uint64_t got = 0;
     pf_result r;
-    cfg.load = turns_dear_load;
-    cfg.user = &t;
-    cfg.num_workers = 1;
-    cfg.host_slots = 16;
-    cfg.unordered = unordered;
-    cfg.backend = PF_BACKEND_HOST;
-    cfg.timeout_ms = 60000; /* bounded */
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     if (!l) return;
-    pf__lock(&l->sync.mu);
-    l->at.active = 0;
-    pf__unlock(&l->sync.mu);
-    for (;;) {
-        pf_batch b;
-        uint64_t id;
-        pf__lock(&l->sync.mu);
-        l->at.inline_est = 1; /* cheap, says the estimate: a run */
-        pf__unlock(&l->sync.mu);
+    do {
         t.dear_here = 0;
-        r = pf_next(l, &b);
+        r = t_run_next(l, seen, N, &got);
         if (t.dear_here > most) most = t.dear_here;
-        if (r != PF_OK) break;
-        memcpy(&id, b.data, sizeof id);
-        CHECK_EQ(id, b.batch);
-        CHECK(b.batch < N && !seen[b.batch]);
-        if (b.batch < N) seen[b.batch] = 1;
-        if (!unordered) CHECK_EQ(b.batch, got);
-        got++;
-        CHECK_EQ(pf_release(l, &b), PF_OK);
-    }
+    } while (r == PF_OK);
     CHECK_EQ(r, PF_END_OF_EPOCH);
     CHECK_EQ(got, N);
     CHECKF(most >= 1 && most <= 4, "one pf_next waited for %u dear loads", most);
@@ -1206,7 +1188,7 @@ static int fail_seen_load(void *user, pf_job *job) {
         l->at.active = 1;
         l->pool.w[0].est_ns = 1; /* its loads look cheap: its claim is a run */
         pf__wake(l, PF__ROLE_PARKED);
-        pf__unlock(&l->sync.mu);
+        pf__unlock_wake(l); /* the wake goes out as the lock drops */
         fail_seen_wait(f, &f->worker_in, NULL);
         return pf_job_fail(job, "bad batch %llu", (unsigned long long)job->batch);
     }
