@@ -3211,6 +3211,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     sleeps = pf__cap_ask(l, w) ? pf__sleeps() : -1; /* did this load sleep? (pf__cpu_cap) */
     now = start ? start : pf__now_ns();
     rc = l->cfg.load(l->cfg.user, &job);
+    if (rc != 0) pf__note_failure(l, s); /* before the clock: the other runs look at once */
     s->call_ns = est ? est : pf__now_ns() - now;
     s->slept = -1;
     if (sleeps >= 0) {
@@ -3226,7 +3227,6 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
                    !w->failed ? "the callback returned non-zero without pf_job_fail"
                    : w->msg[0] ? w->msg : "(pf_job_fail with an empty message)");
         s->result = PF_ERR_LOAD;
-        pf__note_failure(l, s);
     } else if (job.bytes > job.capacity) {
         pf__format(s->msg, PF__MSG_SIZE,
                    "load for epoch %llu batch %llu (%s) set job->bytes = %llu, more than "
@@ -3832,7 +3832,8 @@ static bool pf__load_inline(pf_loader *l) {
            two and every fourth, so a caller waits for at most four dear
            loads (an outside trial's 2 ms loads, after 1000 cheap ones, held
            one pf_next for 32 of them: 64 ms). What is left goes back to be
-           claimed as it is (pf__claim). */
+           claimed as it is (pf__claim), by a worker or by the next pf_next
+           that waits: the workers may have left, the claims done. */
         if (nrun > 1 && k + 1 < kept && (k < 2 || k % 4 == 3)) {
             now = pf__now_ns();
             if (now - t0 > (uint64_t)(k + 1) * PF__RUN_DEAR_NS) kept = k + 1;
@@ -3892,7 +3893,9 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         }
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
         if (r != PF__WAIT) return pf__show_error(l);
-        if ((l->at.help || !l->at.active || pf__may_help(l)) && pf__load_inline(l)) continue; /* pf_next loads */
+        /* pf_next loads; and always what its own run handed back: the
+           workers may have left (the claims were done) or parked */
+        if ((l->ring.norphans || l->at.help || !l->at.active || pf__may_help(l)) && pf__load_inline(l)) continue;
         /* the caller holds every slot with memory, and autotune's ring is
            still below host_slots: it may hold host_slots, so the ring grows
            now, by pf_next itself (a worker may be parked, or busy) */

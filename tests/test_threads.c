@@ -1152,6 +1152,73 @@ static void test_loads_that_turn_dear_end_pf_next_s_run(void) {
     run_turns_dear(true);
 }
 
+/* What pf_next's run hands back is loaded even when no worker will. The
+   run that claims the epoch's last batches turns dear at its first load
+   (5 ms), and before that load ends, the parked worker is let in, finds
+   the claims done and leaves (it holds the lock from its wake until it
+   has left, so the test sees it gone once it no longer waits). The run
+   ends there and hands the rest back. pf_next does not help a worker
+   here (cfg.timeout_ms), yet must load the rest itself: an outside
+   trial's loader hung there, waiting for batches no thread would load. */
+typedef struct left_alone {
+    pf_loader *l;        /* set once pf_create returns (atomic) */
+    bool let_in;         /* the worker was let in (the caller's thread only) */
+    uint32_t run;        /* pf_next's run then: its loads not yet published */
+    unsigned waited_out; /* a bounded wait ran out */
+} left_alone;
+static bool parked_are(pf_loader *l, uint32_t n) {
+    double until = t_now_s() + 10; /* bounded */
+    for (;;) {
+        bool is;
+        pf__lock(&l->sync.mu);
+        is = l->sync.waiting[PF__ROLE_PARKED] == n;
+        pf__unlock(&l->sync.mu);
+        if (is || t_now_s() > until) return is;
+    }
+}
+static int left_alone_load(void *user, pf_job *job) {
+    left_alone *a = (left_alone *)user;
+    pf_loader *l = __atomic_load_n(&a->l, __ATOMIC_ACQUIRE);
+    bool all_claimed;
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = sizeof job->batch;
+    if (!l || job->worker != l->cfg.num_workers) return 0;
+    pf__lock(&l->sync.mu);
+    all_claimed = l->claim.done || l->claim.batch == l->claim.nbatches;
+    if (all_claimed && !a->let_in) a->run = l->ring.nloading;
+    pf__unlock(&l->sync.mu);
+    if (!all_claimed) return 0;
+    if (!a->let_in) {
+        a->let_in = true;
+        if (!parked_are(l, 1)) a->waited_out++;
+        pf__lock(&l->sync.mu);
+        l->at.active = 1;
+        pf__wake(l, PF__ROLE_PARKED);
+        pf__unlock_wake(l);
+        if (!parked_are(l, 0)) a->waited_out++;
+    }
+    t_sleep_us(5000);
+    return 0;
+}
+static void test_handed_back_batches_load_when_no_worker_will(void) {
+    enum { N = 200 };
+    left_alone a = {NULL, false, 0, 0};
+    pf_loader *l = t_runs_loader(N, left_alone_load, &a, false);
+    unsigned char seen[N] = {0};
+    uint64_t got = 0;
+    pf_result r;
+    if (!l) return;
+    __atomic_store_n(&a.l, l, __ATOMIC_RELEASE);
+    while ((r = t_run_next(l, seen, N, &got)) == PF_OK) {
+    }
+    CHECKF(r == PF_END_OF_EPOCH, "%s after %llu batches: %s", pf_result_string(r), (unsigned long long)got, pf_error(l));
+    CHECK_EQ(got, N);
+    CHECK(a.let_in);
+    CHECKF(a.run >= 2, "the last run held %u batches: nothing was handed back, the test proved nothing", (unsigned)a.run);
+    CHECK_EQ(a.waited_out, 0u);
+    pf_destroy(l);
+}
+
 /* Once a load fails, no load of a later batch starts, on any thread: in
    order none of them would be delivered. pf_next alone loads a run of 32
    (of 48 slots) with batch 3 in it; as batch 3 loads, the worker is let
@@ -2327,6 +2394,7 @@ static const h_test tests[] = {
     {"a_failed_load_in_pf_next_names_pf_next", test_a_failed_load_in_pf_next_names_pf_next},
     {"pf_next_loads_in_runs", test_pf_next_loads_in_runs},
     {"loads_that_turn_dear_end_pf_next_s_run", test_loads_that_turn_dear_end_pf_next_s_run},
+    {"handed_back_batches_load_when_no_worker_will", test_handed_back_batches_load_when_no_worker_will},
     {"no_load_begins_after_a_failure", test_no_load_begins_after_a_failure},
     {"overlapping_waits_show_as_they_happen", test_overlapping_waits_show_as_they_happen},
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
