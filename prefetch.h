@@ -3369,15 +3369,17 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         l->st.runs += nrun > 1;
         pf__unlock_wake(l);
         for (k = 0, prev = PF_OK; k < nrun; k++) {
+            bool after;
             s = run[k];
             starts[k] = now;
-            if (prev != PF_OK || (k && PF__LOAD_FLAG(&l->sync.stopping)) || pf__after_failure(l, s)) {
+            after = pf__after_failure(l, s);
+            if (prev != PF_OK || (k && PF__LOAD_FLAG(&l->sync.stopping)) || after) {
                 /* a failed batch stops the loading (pf__publish), a stop
                    stops it too: the rest of the run is not loaded */
                 pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: %s",
                            (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch,
                            prev != PF_OK ? "the batch before it in this worker's run failed"
-                           : pf__after_failure(l, s) ? "a batch before it failed" : "the loader stopped");
+                           : after ? "a batch before it failed" : "the loader stopped");
                 s->result = prev != PF_OK ? prev : PF_ERR_LOAD;
                 s->call_ns = 0;
                 ends[k] = now;
@@ -3777,8 +3779,7 @@ static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
    dropped around the load.
    Loads under PF__RUN_LOAD_NS come in runs, as a worker's do
    (pf__run_len: its share of the free slots, up to PF__RUN_MAX): one
-   claim and one publish under the lock for the run, and the loads of
-   each side fill slots that side filled before, in its own cache. With
+   claim and one publish under the lock for the run. With
    1 worker on the 2-core VM, alternated A/B, 3 runs each: shuffled 4 KiB
    loads 1.02-1.04 -> 0.95-0.98 us a batch, 16 KiB in order 0.98-1.05 ->
    0.94-0.96, shuffled 1.33-1.45 -> 1.27-1.29; autotune's 16 KiB in order
@@ -3821,6 +3822,7 @@ static bool pf__load_inline(pf_loader *l) {
                        (unsigned long long)s->b.batch,
                        prev != PF_OK ? "the batch before it in pf_next's run failed" : "a batch before it failed");
             s->result = prev != PF_OK ? prev : PF_ERR_LOAD;
+            s->call_ns = 0;
             continue;
         }
         /* from the claim: the job's indices count as the load; a run's
