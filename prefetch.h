@@ -3192,6 +3192,15 @@ static bool pf__after_failure(pf_loader *l, const pf__slot *s) {
 #endif
 }
 
+/* A run's batch that is not loaded (an earlier one failed, the loader
+   stopped): it carries code and says why, as a failed load would. */
+static void pf__not_loaded(pf__slot *s, int code, const char *why) {
+    pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: %s", (unsigned long long)s->b.epoch,
+               (unsigned long long)s->b.batch, why);
+    s->result = code;
+    s->call_ns = 0;
+}
+
 /* Run cfg.load for claimed slot s, unlocked, and judge what it did: a
    failure or an overflowing job->bytes becomes the slot's result and
    message. start: the clock just before (0: read it here; a clock read
@@ -3376,12 +3385,9 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             if (prev != PF_OK || (k && PF__LOAD_FLAG(&l->sync.stopping)) || after) {
                 /* a failed batch stops the loading (pf__publish), a stop
                    stops it too: the rest of the run is not loaded */
-                pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: %s",
-                           (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch,
-                           prev != PF_OK ? "the batch before it in this worker's run failed"
-                           : after ? "a batch before it failed" : "the loader stopped");
-                s->result = prev != PF_OK ? prev : PF_ERR_LOAD;
-                s->call_ns = 0;
+                pf__not_loaded(s, prev != PF_OK ? prev : PF_ERR_LOAD,
+                               prev != PF_OK ? "the batch before it in this worker's run failed"
+                               : after ? "a batch before it failed" : "the loader stopped");
                 ends[k] = now;
                 continue;
             }
@@ -3818,11 +3824,8 @@ static bool pf__load_inline(pf_loader *l) {
     for (k = 0, kept = nrun; k < kept; k++) {
         pf__slot *s = run[k];
         if (prev != PF_OK || pf__after_failure(l, s)) { /* nothing after a failed batch is delivered */
-            pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu was not loaded: %s", (unsigned long long)s->b.epoch,
-                       (unsigned long long)s->b.batch,
-                       prev != PF_OK ? "the batch before it in pf_next's run failed" : "a batch before it failed");
-            s->result = prev != PF_OK ? prev : PF_ERR_LOAD;
-            s->call_ns = 0;
+            pf__not_loaded(s, prev != PF_OK ? prev : PF_ERR_LOAD,
+                           prev != PF_OK ? "the batch before it in pf_next's run failed" : "a batch before it failed");
             continue;
         }
         /* from the claim: the job's indices count as the load; a run's
