@@ -3851,8 +3851,10 @@ static bool pf__load_inline(pf_loader *l) {
     l->at.inline_busy = false;
     l->st.next_loads += loaded;
     if (!est) {
-        if (loaded) l->at.inline_est = l->at.inline_est ? l->at.inline_est - l->at.inline_est / 4 + per / 4 : per;
-        if (!l->at.inline_est) l->at.inline_est = 1;
+        if (loaded) { /* a claim skipped after a failure times nothing */
+            l->at.inline_est = l->at.inline_est ? l->at.inline_est - l->at.inline_est / 4 + per / 4 : per;
+            if (!l->at.inline_est) l->at.inline_est = 1;
+        }
         pf__wait_ends(l, PF__WAIT_INPUT, end);
         pf__help_dear(l, end, per);
     } else {
