@@ -201,7 +201,9 @@
      its slots are free. pf_stats.host_slots counts the slots with memory.
      where stride = batch_bytes rounded up to 256, so that every slot starts
      256-byte aligned for vector loads. Plus small bookkeeping through
-     cfg.allocator (indices: batch_size * 8 bytes per slot). A reader
+     cfg.allocator: (3 * batch_size + 1) * 8 bytes per slot, host and
+     device (its indices, and its packed samples' offsets and bad ones;
+     the default host_slots keeps them within 2 MiB). A reader
      (pf_records_open, ...) allocates through the cfg.allocator it is
      opened with as well: its index at the open, a growing file list's
      files as epochs are planned, a read buffer per worker.
@@ -388,7 +390,8 @@ typedef struct pf_config {
                                   load), the rest park until loads sleep
                                   again (pf_stats.workers_active)             */
     uint32_t host_slots;       /* [2 * num_workers + 1, or up to 64 while they
-                                  fit in 2 MiB] (1 .. 4096); with autotune
+                                  and their bookkeeping each fit in 2 MiB]
+                                  (1 .. 4096); with autotune
                                   the most the ring grows to                   */
     uint32_t device_slots;     /* [3] CUDA backend (1 .. 4096)                  */
     bool shuffle;              /* [false] a new permutation each epoch          */
@@ -619,7 +622,8 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg);
    the new ranks, each sample once, plus the usual padding).
    Unordered, the token also lists the batches delivered past the first
    missing one, and resuming needs the same world_size and rank. A buffer
-   too small is PF_ERR_INVALID_ARG, pf_error saying the size needed. After
+   too small (or NULL) is PF_ERR_INVALID_ARG, pf_error saying the size
+   needed. After
    a CUDA error that kept a batch pf_next had taken from the caller,
    PF_ERR_CUDA: no token is exact any more; keep the last one taken before.
    Thread safety: any thread; stop calling pf_next first for a token that
@@ -628,11 +632,13 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size);
 
 /* pf_stats_format: one line a person reads at a glance, e.g.
    "epoch 3 · batch 120/390 · 5.1 GB/s · 812 batches/s · waited 2% · compute-bound".
-   Returns the length snprintf would (the line is cut to fit size). */
+   Returns the length snprintf would (the line is cut to fit size, never
+   inside a character). */
 PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size);
 
 /* For load callbacks. pf_job_fail records why the batch failed (printf
-   format) and returns -1, so `return pf_job_fail(job, "...", ...);` works.
+   format) and returns -1, so `return pf_job_fail(job, "...", ...);` works;
+   the batch fails with that message even if load then returns 0.
    pf_job_cancelled is true once pf_destroy has begun: a slow load may stop
    early (its batch is discarded). */
 PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) PF__PRINTF(2, 3);
@@ -786,8 +792,10 @@ PF_API void pf_tokens_close(pf_tokens *t);
        extension);
      - two parts of one name in a sample ("a.jpg" twice) refuse the open
        naming the shard and the key.
-   A shard cut after a whole entry (no end-of-archive blocks) is read up to
-   there, with a PF_LOG_WARN through cfg.log. Without a step a sample is
+   A shard cut after a whole entry's data (no end-of-archive blocks, or
+   part of the last entry's padding) is read up to there, with a
+   PF_LOG_WARN through cfg.log; so are links (hard or symbolic: no data of
+   their own), which are left out. Without a step a sample is
    its parts' bytes back to back. */
 typedef struct pf_tar_config {
     const char *const *paths;  /* the shards, in order                       */
@@ -1727,16 +1735,19 @@ static bool pf__error_due(const pf_loader *l) { return l->error.shown || (l->err
 /* The default ring for `workers` loading threads: 2 * workers + 1 slots (one
    loading and one ready per worker, and the one the consumer holds), and
    more while they are small: up to PF__SMALL_RING_SLOTS slots within
-   PF__SMALL_RING_BYTES. A cheap batch then is not a sleep and a wake: the
-   workers run ahead by many batches, and are woken a batch of free slots
-   at a time (pf__wake_workers). */
+   PF__SMALL_RING_BYTES, and their bookkeeping (3 words a sample) within
+   as much again (an outside trial's 2^20 samples of 1 byte each made 64
+   slots, 1.5 GiB of bookkeeping for a 2 MiB ring). A cheap batch then is
+   not a sleep and a wake: the workers run ahead by many batches, and are
+   woken a batch of free slots at a time (pf__wake_workers). */
 #define PF__SMALL_RING_BYTES ((size_t)2 << 20)
 #define PF__SMALL_RING_SLOTS 64u
-static uint32_t pf__ring_slots(uint32_t workers, size_t batch_bytes) {
+static uint32_t pf__ring_slots(uint32_t workers, const pf_config *c) {
     uint64_t n = 2 * (uint64_t)workers + 1;
-    size_t stride = (batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
-    if (batch_bytes && stride >= batch_bytes && PF__SMALL_RING_BYTES / stride > n)
-        n = PF__SMALL_RING_BYTES / stride < PF__SMALL_RING_SLOTS ? PF__SMALL_RING_BYTES / stride : PF__SMALL_RING_SLOTS;
+    size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    uint64_t fit = stride ? PF__SMALL_RING_BYTES / stride : 0, words = PF__SMALL_RING_BYTES / ((3 * (uint64_t)c->batch_size + 1) * 8);
+    if (words < fit) fit = words;
+    if (c->batch_bytes && stride >= c->batch_bytes && fit > n) n = fit < PF__SMALL_RING_SLOTS ? fit : PF__SMALL_RING_SLOTS;
     if (n < 2 * (uint64_t)workers + 1) n = 2 * (uint64_t)workers + 1;
     return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
@@ -1746,12 +1757,13 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg) {
     memset(&c, 0, sizeof c);
     if (cfg) c = *cfg;
     if (!c.num_workers) c.num_workers = c.autotune ? PF__DEFAULT_AUTOTUNE_WORKERS : PF__DEFAULT_WORKERS;
-    if (!c.host_slots) c.host_slots = pf__ring_slots(c.num_workers, c.batch_bytes);
+    if (!c.host_slots) c.host_slots = pf__ring_slots(c.num_workers, &c);
     if (c.host_slots > PF__MAX_SLOTS && !(cfg && cfg->host_slots)) c.host_slots = PF__MAX_SLOTS;
     if (!c.device_slots) c.device_slots = PF__DEFAULT_DEVICE_SLOTS;
     if (!c.world_size) c.world_size = 1;
     if (!c.progress_every) c.progress_every = 100;
-    if (c.shuffle_block > 1 && !c.shuffle_window) c.shuffle_window = PF__DEFAULT_WINDOW;
+    if (!c.shuffle_block) c.shuffle_block = 1;
+    if (!c.shuffle_window) c.shuffle_window = PF__DEFAULT_WINDOW;
     if (!c.allocator.alloc_fn && !c.allocator.free_fn) {
         c.allocator.alloc_fn = pf__malloc_default;
         c.allocator.free_fn = pf__free_default;
@@ -2961,12 +2973,12 @@ static void pf__autotune(pf_loader *l) {
             l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
             /* and the slots the trial added go back (pf__shrink) */
             if (l->ring.grow_to > l->ring.nalloc && !l->ring.growing) l->ring.grow_to = l->ring.nalloc;
-            l->ring.shrink_to = pf__ring_slots(l->at.before, l->cfg.batch_bytes);
+            l->ring.shrink_to = pf__ring_slots(l->at.before, &l->cfg);
             if (!l->ring.growing) pf__shrink_next(l); /* else pf__grow looks once it is done */
             pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
             return;
         }
-        pf__ring_for(l, pf__ring_slots(l->at.active, l->cfg.batch_bytes), false); /* kept: the full ring */
+        pf__ring_for(l, pf__ring_slots(l->at.active, &l->cfg), false); /* kept: the full ring */
     }
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (waited > 0.05 && l->at.active < hi && !saturated) {
@@ -3220,6 +3232,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     sleeps = pf__cap_ask(l, w) ? pf__sleeps() : -1; /* did this load sleep? (pf__cpu_cap) */
     now = start ? start : pf__now_ns();
     rc = l->cfg.load(l->cfg.user, &job);
+    if (w->failed && rc == 0) rc = -1; /* pf_job_fail said so: the batch failed, whatever load returned */
     if (rc != 0) pf__note_failure(l, s); /* before the clock: the other runs look at once */
     s->call_ns = est ? est : pf__now_ns() - now;
     s->slept = -1;
@@ -5359,7 +5372,10 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
        on counting from here, so cfg.bad_limit stops it where an
        uninterrupted run stops, and pf_stats.skipped goes on */
     if (l->ck.skipped) pf__append(buf, size, &len, " skipped=%llu", (unsigned long long)l->ck.skipped);
-    if (len >= size)
+    if (!buf)
+        r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: buf is NULL (the token needs %llu bytes, with its NUL)",
+                     (unsigned long long)len + 1);
+    else if (len >= size)
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %llu bytes (with its NUL), the buffer has %llu",
                      (unsigned long long)len + 1, (unsigned long long)size);
     pf__unlock(&l->sync.mu);
@@ -5591,6 +5607,9 @@ static pf_result pf__read_done(const pf_config *c, const pf__token *t, uint64_t 
     char shown[24];
     const char *d = t->done;
     uint64_t last = v[PF__K_BATCH];
+    if (*d == '-') /* "-" with more after it: a token cut or glued to something */
+        PF__RBAD("cfg.resume: malformed token: done=%s is neither - (none) nor a list of batch numbers",
+                 pf__shown(t->done, shown, sizeof shown));
     if (!c->unordered)
         PF__RBAD("cfg.resume: malformed token: done=%s in an in-order token (only unordered runs list batches)",
                  pf__shown(t->done, shown, sizeof shown));
@@ -5760,7 +5779,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->ring.grown = (void **)(base + o_grown);
     l->ring.grown_from = (uint32_t *)(l->ring.grown + nslots);
     /* autotune: memory for the ring one worker needs; it grows with them */
-    l->ring.nalloc = c->autotune ? pf__ring_slots(1, c->batch_bytes) : nslots;
+    l->ring.nalloc = c->autotune ? pf__ring_slots(1, c) : nslots;
     if (l->ring.nalloc > nslots) l->ring.nalloc = nslots;
     if (c->resume) pf__resume_at(l, c->resume);
     l->cfg.resume = NULL; /* the caller's string: read once, here */
@@ -6083,6 +6102,15 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size) {
                  at, rate >= 1e9 ? rate / 1e9 : rate / 1e6,
                  rate >= 1e9 ? "GB/s" : "MB/s", el > 0 ? (double)s.batches / el : 0.0, el > 0 ? 100.0 * s.wait_s / el : 0.0,
                  bound[s.bound], workers);
+    if (n >= 0 && size && (size_t)n >= size) { /* cut: not inside a UTF-8 dot (a lone 0xC2 is not text) */
+        size_t end = size - 1, lead = end;
+        while (lead > 0 && ((unsigned char)buf[lead - 1] & 0xC0) == 0x80) lead--; /* back over continuation bytes */
+        if (lead > 0 && (unsigned char)buf[lead - 1] >= 0xC0) { /* the last character's first byte */
+            unsigned char c = (unsigned char)buf[lead - 1];
+            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+            if (end - (lead - 1) < need) buf[lead - 1] = '\0'; /* cut from its rest: dropped */
+        }
+    }
     return n < 0 ? 0 : n;
 }
 
@@ -7388,8 +7416,8 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     const char *path = t->paths[shard];
     int fd = t->fds[shard];
     struct stat st;
-    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0, noext = 0, noext_at = 0;
-    char noext_name[256]; /* the first file without an extension, for the warning */
+    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0, noext = 0, noext_at = 0, links = 0, link_at = 0;
+    char noext_name[256], link_name[256]; /* the first file without an extension, the first link: for the warnings */
     /* longname: the next entry's name from a GNU long name or a pax path
        record (has_long, has_pax_path); it and the pax size apply to the next
        entry only, and are cleared by it */
@@ -7418,7 +7446,9 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         uint64_t size, sum, want = 0, data, next;
         unsigned type;
         size_t i;
-        if (pos == fsize) break; /* no end blocks: accepted, as tar does, with a warning (below) */
+        /* no end blocks, or the last entry's data whole and its padding
+           cut: accepted, as tar does, with a warning (below) */
+        if (pos >= fsize) break;
         if (pos + 512 > fsize)
             PF__TAR_BAD("pf_tar_open: %s is truncated: a header at byte %llu needs 512 bytes, %llu are left", path,
                         (unsigned long long)pos, (unsigned long long)(fsize - pos));
@@ -7556,6 +7586,11 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                 if (s->nparts > t->max_parts) t->max_parts = s->nparts;
             }
             t->nparts++;
+        } else if (type == '1' || type == '2') { /* a link has no data here: said, not read */
+            if (!links++) {
+                snprintf(link_name, sizeof link_name, "%s", name);
+                link_at = pos;
+            }
         }
         pos = next;
     }
@@ -7567,9 +7602,15 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                    "the first is %s, at byte %llu) left out: a sample's parts are named by their extensions, and "
                    "WebDataset leaves such files out too", path, (unsigned long long)noext, noext == 1 ? "" : "s",
                    noext_name, (unsigned long long)noext_at);
+    if (links)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: %llu link%s (hard or symbolic: the first is %s, at byte %llu) "
+                   "left out: a link has no data of its own in the shard (tar writes a hard link for a file added "
+                   "twice), and WebDataset reads regular files only", path, (unsigned long long)links,
+                   links == 1 ? "" : "s", link_name, (unsigned long long)link_at);
     if (!ended && pos)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
-                   "after a whole entry?); its entries up to there are read", path, (unsigned long long)pos);
+                   "after a whole entry, or in its padding?); its entries up to there are read", path,
+                   (unsigned long long)fsize);
 done:
     pf__rd_free(&t->rd.al, name);
     pf__rd_free(&t->rd.al, longname);

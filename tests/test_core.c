@@ -530,12 +530,13 @@ static void test_create_error_is_per_thread(void) {
 }
 
 /* How the failing load fails: pf_job_fail with a message, a bare non-zero
-   return, or pf_job_fail with an empty message. */
-enum { FAIL_NAMED, FAIL_SILENT, FAIL_EMPTY };
+   return, pf_job_fail with an empty message, or pf_job_fail and then a
+   return of 0 (an outside trial's: its batch was delivered as loaded). */
+enum { FAIL_NAMED, FAIL_SILENT, FAIL_EMPTY, FAIL_SAID_OK };
 
 static void check_load_failure(int how, bool unordered) {
     static const char *const says[] = {"synthetic failure reading shard 42", "returned non-zero",
-                                       "pf_job_fail with an empty message"};
+                                       "pf_job_fail with an empty message", "synthetic failure reading shard 42"};
     tload t;
     tcons c;
     trun r;
@@ -546,6 +547,7 @@ static void check_load_failure(int how, bool unordered) {
     t.fail_batch = 5;
     t.fail_silent = how == FAIL_SILENT;
     t.fail_empty = how == FAIL_EMPTY;
+    t.fail_said_ok = how == FAIL_SAID_OK;
     t.max_delay_us = 500; /* later batches finish before the failing one */
     cfg = t_config(&t, 80, 8, 3);
     cfg.num_workers = 4;
@@ -573,6 +575,8 @@ static void test_load_failure_after_earlier_batches_sticky(void) {
     check_load_failure(FAIL_NAMED, false);
     check_load_failure(FAIL_SILENT, false);
     check_load_failure(FAIL_NAMED, true);
+    check_load_failure(FAIL_SAID_OK, false);
+    check_load_failure(FAIL_SAID_OK, true);
 }
 
 /* pf_job_fail with an empty message is still pf_job_fail: not reported as
@@ -985,6 +989,8 @@ static void test_config_defaults_are_visible(void) {
     CHECK_EQ(d.device_slots, 3);
     CHECK_EQ(d.world_size, 1);
     CHECK_EQ(d.progress_every, 100);
+    CHECK_EQ(d.shuffle_block, 1); /* every zero field gets its default, these too */
+    CHECK_EQ(d.shuffle_window, 8);
     CHECK(d.allocator.alloc_fn != NULL && d.allocator.free_fn != NULL);
     in.num_workers = 2;
     CHECK_EQ(pf_config_defaults(&in).host_slots, 5);
@@ -998,6 +1004,16 @@ static void test_config_defaults_are_visible(void) {
     in.num_workers = 8;
     in.batch_bytes = 256 << 10;
     CHECK_EQ(pf_config_defaults(&in).host_slots, 17);
+    /* a slot's bookkeeping, 3 words a sample, counts with its bytes: 2^20
+       samples of 1 byte were 64 slots, 1.5 GiB of it (an outside trial) */
+    in.num_workers = 4;
+    in.batch_size = 1u << 20;
+    in.batch_bytes = 1;
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 9);
+    in.batch_size = 8192; /* 196616 bytes of bookkeeping a slot: 10 in 2 MiB */
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 10);
+    in.batch_size = 1024; /* 24584: 85 fit, 64 at most */
+    CHECK_EQ(pf_config_defaults(&in).host_slots, 64);
 }
 
 static void test_allocation_failures_are_clean(void) {
@@ -1131,7 +1147,16 @@ static void test_stats_line_and_progress_callback(void) {
     CHECK_CONTAINS(line, " batches/s \xc2\xb7 waited ");
     CHECK(strstr(line, "-bound") != NULL);
     CHECK_EQ(pf_stats_format(c.l, tiny, sizeof tiny), (int)strlen(line)); /* cut to fit, length as snprintf */
-    CHECK_EQ(strlen(tiny), sizeof tiny - 1);
+    CHECK(strlen(tiny) + 1 >= sizeof tiny - 1 && strlen(tiny) < sizeof tiny); /* less one where a dot was cut */
+    for (size_t size = 1; size <= strlen(line) + 1; size++) { /* cut anywhere: a prefix, never half a dot */
+        char cut[256];
+        size_t k;
+        CHECK_EQ(pf_stats_format(c.l, cut, size), (int)strlen(line));
+        k = strlen(cut);
+        CHECKF(k < size && !memcmp(cut, line, k), "size %u: \"%s\"", (unsigned)size, cut);
+        CHECKF(((unsigned char)line[k] & 0xC0) != 0x80, "size %u: cut inside a character", (unsigned)size);
+        CHECKF(k + 2 >= size, "size %u: %u bytes kept", (unsigned)size, (unsigned)k); /* at most a dot's first byte dropped */
+    }
     { /* (NULL, 0) gives the full length, the usual way to size a buffer */
         char full[512];
         int need = pf_stats_format(c.l, NULL, 0);

@@ -1910,8 +1910,8 @@ static void test_tar_corrupt_and_truncated_are_named(void) {
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "fails its checksum");
     CHECK(tr == NULL);
     write_tar(path, 0, 5);
-    CHECK(truncate(path, 512 * 4 + 100) == 0);
-    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "is truncated");
+    CHECK(truncate(path, 512 * 4 + 2) == 0); /* inside the data of sample 0's .cls (4 bytes at 2048) */
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "is truncated: the entry at byte 1536 needs 4 bytes of data");
     f = fopen(path, "wb");
     fclose(f);
     expect_open_error(pf_tar_open(&tc, &cfg, &tr), "hold no file");
@@ -2154,6 +2154,39 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     CHECK_EQ(pf_tar_samples(tr), 3);
     CHECK_EQ(lc.warns, 1);
     CHECK_CONTAINS(lc.text, "without the end-of-archive blocks");
+    pf_tar_close(tr);
+    cap_end(&lc);
+    { /* cut inside the last entry's padding, its 4 bytes of data whole: read
+         too, the warning at the file's end (an outside trial's message said
+         "18446744073709551292 are left") */
+        struct stat st;
+        char at[64];
+        CHECK(stat(path, &st) == 0);
+        CHECK(truncate(path, st.st_size - 500) == 0);
+        snprintf(at, sizeof at, "ends at byte %llu without", (unsigned long long)st.st_size - 500);
+        cfg = t_config_base(0, 4, 0, 1); /* the open before set cfg.load */
+        cap_begin(&lc, &cfg);
+        CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+        CHECK_EQ(pf_tar_samples(tr), 3);
+        CHECK_EQ(lc.warns, 1);
+        CHECK_CONTAINS(lc.text, at);
+        pf_tar_close(tr);
+        cap_end(&lc);
+    }
+    /* a hard link (tar writes one for a file added twice) and a symbolic
+       one: no data of their own, left out with one warning naming the first */
+    f = fopen(path, "wb");
+    tar_file(f, "a.jpg", "aaa", 3);
+    tar_file(f, "a.cls", "1", 1);
+    tar_header(f, "b.jpg", 0, '1', NULL);
+    tar_header(f, "c.jpg", 0, '2', NULL);
+    tar_end(f);
+    cfg = t_config_base(0, 4, 0, 1);
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), 1);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, "2 links (hard or symbolic: the first is b.jpg, at byte 2048) left out");
     pf_tar_close(tr);
     cap_end(&lc);
     tmp_end();

@@ -365,6 +365,7 @@ static void test_token_edge_cases_and_mismatches(void) {
         unsigned long long need = 0;
         char *exact;
         CHECK_EQ(pf_checkpoint(c.l, NULL, 0), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(c.l), "buf is NULL");
         CHECK(sscanf(strstr(pf_error(c.l), "needs "), "needs %llu", &need) == 1);
         exact = (char *)malloc(need);
         CHECK_EQ(pf_checkpoint(c.l, exact, need), PF_OK);
@@ -592,7 +593,10 @@ static void test_corrupt_tokens_are_named(void) {
          "rank=0 unordered=0 done=- from=9:8", false, "from=9:8 is not where"},
         {"pf1 epoch=0 batch=3 pos=40 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=2 "
          "rank=0 unordered=0 done=- from=2x", false, "from=2x is not batch:pos"},
-        {TOKA "world=1 rank=0 unordered=0 done=-\x01", false, "done=-? in an in-order token"},
+        {TOKA "world=1 rank=0 unordered=0 done=-\x01", false, "done=-? is neither - (none) nor a list"},
+        /* a token with something glued to its end (an outside trial's) */
+        {TOKA "world=1 rank=0 unordered=0 done=-XYZ", false, "done=-XYZ is neither - (none) nor a list"},
+        {TOKA "world=1 rank=0 unordered=1 done=-XYZ", true, "done=-XYZ is neither - (none) nor a list"},
         {"pf1 epoch=1 batch=2 pos=8 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
          "rank=0 unordered=0 done=-", false, "at epoch=1 = cfg.epochs (the end of data)"},
         {TOKA "world=1 rank=0 unordered=2 done=-", false, "are 0 or 1"},

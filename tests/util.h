@@ -30,6 +30,7 @@ typedef struct tload {
     long long fail_epoch, fail_batch; /* -1: none */
     int fail_silent;                /* fail without pf_job_fail             */
     int fail_empty;                 /* pf_job_fail with an empty message    */
+    int fail_said_ok;               /* pf_job_fail, then return 0           */
     long long big_epoch, big_batch; /* set bytes = capacity + 1             */
     long long gate_epoch, gate_batch; /* block here until t_gate_open       */
     int gate_open, gate_entered;
@@ -157,6 +158,10 @@ T_FN int t_load(void *user, pf_job *job) {
     if ((long long)job->epoch == t->fail_epoch && (long long)job->batch == t->fail_batch) {
         if (t->fail_silent) return 7;
         if (t->fail_empty) return pf_job_fail(job, "%s", "");
+        if (t->fail_said_ok) {
+            (void)pf_job_fail(job, "synthetic failure reading shard %d", 42);
+            return 0;
+        }
         return pf_job_fail(job, "synthetic failure reading shard %d", 42);
     }
 #ifdef TEST_SIM
