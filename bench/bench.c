@@ -260,6 +260,42 @@ static double spsc_floor(uint64_t n, uint32_t slots) {
     return t0;
 }
 
+/* One cache line from one core to the other: two threads take turns
+   writing a counter on a line of its own, each waiting to see the other's
+   write. Seconds for n one-way moves. What every handoff pays at least
+   once (the batch's ready flag), and a cheap 4 KiB load costs about one
+   of them: the scale against which the cheap table's gaps read. */
+typedef struct pingpong {
+    _Alignas(64) uint64_t turn;
+    char pad[56];
+    uint64_t n;
+} pingpong;
+static void *pingpong_other(void *p) {
+    pingpong *q = (pingpong *)p;
+    for (uint64_t i = 1; i < q->n; i += 2) {
+        while (__atomic_load_n(&q->turn, __ATOMIC_ACQUIRE) != i) {
+        }
+        __atomic_store_n(&q->turn, i + 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+static double line_move(uint64_t n) {
+    pingpong q;
+    pthread_t th;
+    double t0;
+    memset(&q, 0, sizeof q);
+    q.n = n;
+    pthread_create(&th, NULL, pingpong_other, &q);
+    t0 = now_s();
+    for (uint64_t i = 0; i < n; i += 2) {
+        while (__atomic_load_n(&q.turn, __ATOMIC_ACQUIRE) != i) {
+        }
+        __atomic_store_n(&q.turn, i + 1, __ATOMIC_RELEASE);
+    }
+    pthread_join(th, NULL);
+    return now_s() - t0;
+}
+
 static void handoff_row(const char *name, double best, uint64_t n, const char *target, int ok) {
     char v[48];
     snprintf(v, sizeof v, "%.0f ns/batch (%.2fM/s)", best / n * 1e9, n / best / 1e6);
@@ -303,6 +339,18 @@ static void bench_handoff(void) {
         }
         printf("{\"bench\":\"handoff_floor\",\"slots\":64,\"ns_per_batch\":%.1f}\n", floor_best / n * 1e9);
         handoff_row("floor: spinning SPSC ring, 64 slots", floor_best, n, "", -1);
+        {
+            uint64_t moves = quick ? 200000 : 1000000;
+            double best_move = 1e9;
+            char v[48];
+            for (int rep = 0; rep < 3; rep++) {
+                double t = line_move(moves);
+                if (t < best_move) best_move = t;
+            }
+            printf("{\"bench\":\"line_move\",\"ns\":%.1f}\n", best_move / moves * 1e9);
+            snprintf(v, sizeof v, "%.0f ns", best_move / moves * 1e9);
+            add_row("floor: a cache line, core to core", v, "the least a handoff pays", -1, "", -1);
+        }
     }
     for (int unordered = 0; unordered <= 1; unordered++)
         for (unsigned workers = 1; workers <= 2; workers++) {
