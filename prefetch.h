@@ -1423,7 +1423,21 @@ typedef struct pf__sync {
 
 /* (>>ring) the host slots and the queues between workers and the taker */
 typedef struct pf__ring {
+    /* fixed at pf_create, read by every thread for every batch: on lines
+       of their own, away from the counters below that both sides write
+       under the lock (each such write took these pointers' line from the
+       other core: pf__claim's read of `order` was a third of its time) */
+    char line_fixed[PF__LINE];
     uint32_t nslots;
+    pf__slot *slots;
+    uint32_t *free_stack;
+    uint32_t *order;             /* in order: order[seq % nslots] = slot + 1, from
+                                    its claim until it is taken */
+    uint32_t *ready_fifo;        /* unordered: ready slots, as finished */
+    char *msgs;
+    uint64_t *index_mem;         /* each slot's indices, host then device slots */
+    uint64_t *sample_mem;        /* each slot's pf__samples words, likewise */
+    char line_hot[PF__LINE];
     void *host_raw;              /* host backend block, unaligned (for free) */
     /* slots 0 .. nalloc-1 have memory; with autotune the ring grows with
        the active workers (>>autotune), up to nslots, a block per growth */
@@ -1436,14 +1450,11 @@ typedef struct pf__ring {
     bool growing, grow_failed;   /* growing: a worker is (de)allocating a block */
     void **grown;                /* the blocks grown, as the backend allocated them */
     uint32_t *grown_from;        /* the first slot of each */
-    pf__slot *slots;
-    uint32_t *free_stack, nfree; /* LIFO: the warmest slot is refilled first */
+    uint32_t nfree;              /* free_stack's: LIFO, the warmest slot is refilled first */
     uint32_t orphans[PF__RUN_MAX], norphans; /* claimed by pf_next's run, handed back
                                     unloaded (pf__load_inline): claimed first, lowest
                                     batch on top (pf__claim) */
-    uint32_t *order;             /* in order: order[seq % nslots] = slot + 1, from
-                                    its claim until it is taken */
-    uint32_t *ready_fifo, ready_head, ready_count; /* unordered */
+    uint32_t ready_head, ready_count; /* ready_fifo's (unordered) */
     uint32_t nready;             /* slots READY */
     uint32_t nloading;           /* slots LOADING: loads that will still publish */
     uint32_t wake_batch;         /* free slots that wake waiting workers; ready
@@ -1481,9 +1492,6 @@ typedef struct pf__ring {
        takers about to sleep or asleep; atomic */
     uint32_t early, taker_sleepers;
     char line2[PF__LINE];
-    char *msgs;
-    uint64_t *index_mem;         /* each slot's indices, host then device slots */
-    uint64_t *sample_mem;        /* each slot's pf__samples words, likewise */
 } pf__ring;
 
 /* (>>claim) the workers' cursor, and the plans of the epochs between the
@@ -1645,6 +1653,11 @@ struct pf_loader {
     pf_config cfg;      /* defaults filled in; fixed after pf_create */
     const pf__backend_ops *ops; /* its backend (ops->backend), chosen in pf_create */
     size_t stride;      /* a slot's bytes, aligned */
+    /* the fields above are read for every load (cfg.load, cfg.user, the
+       bad-sample fields at its end): not on the lock's line, which the
+       block's alignment (malloc's 16 bytes) could otherwise give them; the
+       workers' reads of cfg.bad_marker_bytes took most of pf__worker_load */
+    char pf__pad_cfg[PF__LINE];
     pf__sync sync;
     pf__ring ring;
     pf__claimer claim;
