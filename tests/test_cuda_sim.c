@@ -936,6 +936,44 @@ static void test_rig_stream_destroy_with_queued_host_function(void) {
     cudaFreeHost(r.host);
 }
 
+/* cudaDeviceSynchronize waits for a destroyed stream's queued work, and
+   the stream's own thread frees it only after the waiting call has read
+   it ("the resources associated with stream will be released
+   automatically once the device has completed all work in stream"): an
+   outside trial's destroy-then-synchronize was a use after free, caught
+   by the ASan build of this suite. */
+static void *open_gate_soon(void *arg) {
+    gate *g = (gate *)arg;
+    struct timespec ts = {0, 20 * 1000 * 1000}; /* the synchronize is asleep by then */
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+static void test_rig_device_synchronize_after_stream_destroy(void) {
+    rig r;
+    static gate g; /* outlives the stream thread that wakes in it */
+    char msg[768];
+    pthread_t th;
+    rig_open(&r, h_seed, 0);
+    gate_init(&g, 0);
+    CHECK(cudaSimLaunchKernel(r.copy, gate_kernel, &g, NULL, 0) == cudaSuccess);
+    CHECK(cudaStreamDestroy(r.copy) == cudaSuccess); /* returns with the kernel queued */
+    pthread_create(&th, NULL, open_gate_soon, &g);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess); /* waits for it, then the stream goes */
+    pthread_join(th, NULL);
+    gate_settle(&g);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+    cudaEventDestroy(r.copied);
+    cudaEventDestroy(r.released);
+    cudaStreamDestroy(r.consumer);
+    cudaFree(r.dev);
+    cudaFreeHost(r.host);
+}
+
 /* Exclusive-process mode, held by another process: counted, not usable. */
 static void test_rig_exclusive_process_device(void) {
     int n = 0;
@@ -2297,6 +2335,7 @@ static const h_test tests[] = {
     {"rig_primary_contexts", test_rig_primary_contexts},
     {"rig_free_without_sync_is_flagged", test_rig_free_without_sync_is_flagged},
     {"rig_stream_destroy_with_queued_work", test_rig_stream_destroy_with_queued_host_function},
+    {"rig_device_synchronize_after_stream_destroy", test_rig_device_synchronize_after_stream_destroy},
     {"rig_exclusive_process_device", test_rig_exclusive_process_device},
     {"rig_timing_model_one_copy_engine", test_rig_timing_model_one_copy_engine},
     {"rig_timing_only_model", test_rig_timing_only_model},

@@ -574,6 +574,10 @@ static void *stream_main(void *arg) {
         if (wake || s->waiters || quit) pthread_cond_broadcast(&g.cv);
     }
     g.by_id[s->id] = NULL;
+    /* a cudaDeviceSynchronize that found it before the end still reads it
+       as it wakes (an outside trial's destroy, then synchronize: ASan
+       saw the read after this free) */
+    while (s->waiters) pthread_cond_wait(&g.cv, &g.mu);
     g.streams_running--;
     if (g.nexited < 256) g.exited[g.nexited++] = s->thread;
     else pthread_detach(s->thread);
@@ -1103,7 +1107,7 @@ static cudaError_t wait_stream(struct CUstream_st *s) {
     }
     s->waiters++;
     while (s->done < target && g.fault[s->device] == cudaSuccess) pthread_cond_wait(&g.cv, &g.mu);
-    s->waiters--;
+    if (--s->waiters == 0 && s->destroyed) pthread_cond_broadcast(&g.cv); /* its thread may free it now */
     if (g.fault[s->device] != cudaSuccess) return g.fault[s->device];
     vc_join(&g.host, &s->vc);
     return cudaSuccess;
