@@ -4,8 +4,12 @@
 
      gcc -O2 -std=c11 examples/quickstart.c -lpthread -o quickstart      (CPU)
      nvcc -O2 -x cu examples/quickstart.c -o quickstart                  (GPU)
+     gcc ... -DPREFETCH_CUDA ... -lcudart                  (GPU, plain C)
 
-   Under nvcc the step is a kernel on your stream. Without a usable GPU
+   Under nvcc the step is a kernel on your stream. Plain C has no kernels
+   (yours would come from a .cu file or a library such as cuBLAS): there
+   the step copies each batch back to check it, a synchronous copy a real
+   loop would not make. Without a usable GPU
    the program says why and goes on with the host backend: pf_create
    refuses a GPU stream it cannot serve (PF_ERR_NO_DEVICE, saying what it
    found), and the library's warnings reach stderr through cfg.log.
@@ -19,6 +23,8 @@
 #include <string.h>
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
+#elif defined(PREFETCH_CUDA)
+#include <cuda_runtime_api.h>
 #endif
 
 #define IMG_BYTES (32 * 32 * 3)
@@ -67,6 +73,18 @@ static void train_step(pf_backend on, const void *data, uint32_t count, void *st
     if (on == PF_BACKEND_CUDA) { /* device memory: a kernel on the stream the loader was given */
         step_kernel<<<(count + 63) / 64, 64, 0, (cudaStream_t)stream>>>(images, labels, count, bad);
         return;
+    }
+#endif
+#if defined(PREFETCH_CUDA) && !defined(__CUDACC__)
+    static uint8_t host[LABELS_AT + BATCH * sizeof(int32_t)];
+    if (on == PF_BACKEND_CUDA) { /* device memory: a CPU loop must not read it, so the check copies it back */
+        if (cudaMemcpyAsync(host, data, sizeof host, cudaMemcpyDeviceToHost, (cudaStream_t)stream) != cudaSuccess ||
+            cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) {
+            *bad += count;
+            return;
+        }
+        images = host;
+        labels = (const int32_t *)(host + LABELS_AT);
     }
 #endif
     (void)on, (void)stream;
@@ -128,7 +146,7 @@ int main(int argc, char **argv) {
         pf_destroy(loader);
         return 1;
     }
-    if (on != PF_BACKEND_CUDA) bad = &bad_host;
+    if (on != PF_BACKEND_CUDA || !bad) bad = &bad_host; /* the step counts on the CPU */
 
     for (;;) {
         pf_batch b;

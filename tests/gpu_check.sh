@@ -97,6 +97,7 @@ bld multi_gpu "$NVCC $NVFLAGS examples/multi_gpu.cu -o $O/multi_gpu"
 bld llmc_tokens "$NVCC $NVFLAGS examples/llmc_tokens.cu -o $O/llmc_tokens"
 bld demo "$NVCC $NVFLAGS -x cu examples/demo.c -o $O/demo"
 bld quickstart "$NVCC $NVFLAGS -x cu examples/quickstart.c -o $O/quickstart"
+bld quickstart_c "$CC -O2 -std=c11 -DPREFETCH_CUDA -I$CUDA_INC_DIR examples/quickstart.c -o $O/quickstart_c $LIBS"
 wait
 t_built=$(date +%s)
 
@@ -163,6 +164,7 @@ check "examples/llmc_tokens (GPU steps)" 120 llmc_tokens "$O/llmc_*.bin" --B 8 -
 EXPECT=
 check "examples/demo --quick" 120 demo --quick
 check "examples/quickstart (the README's)" 120 quickstart --quick
+check "examples/quickstart, plain C + libcudart (the README's)" 120 quickstart_c --quick
 t_end=$(date +%s)
 
 echo

@@ -41,6 +41,19 @@ awk '/^<!-- run: / { want = 1; next } /^```sh$/ && want { inblk = 1; want = 0; n
 while IFS= read -r line; do
     [ -n "$line" ] || continue
     n=$((n + 1))
+    # the plain-C CUDA line also against the simulated runtime, which has a
+    # GPU: the loop must take the CUDA path and not read device memory on
+    # the CPU (the real toolkit here has no GPU, so it falls back)
+    case "$line" in gcc*-DPREFETCH_CUDA*)
+        sim=$(echo "$line" | sed -e "s| -o quickstart| -o build/readme_build_${n}_sim|" \
+              -e "s|-I/usr/local/cuda/include|-DTEST_SIM -Itests/sim|" -e "s|-L/usr/local/cuda/lib64 -lcudart|-x none tests/sim/cuda_sim.c|")
+        if ! sh -c "$sim" > build/readme_build_${n}_sim.log 2>&1 ||
+           ! REQUIRE_GPU=1 build/readme_build_${n}_sim --quick > build/readme_build_${n}_sim.run 2>&1; then
+            echo "README.md build line $n on the simulated GPU fails: $sim (see build/readme_build_${n}_sim.log, .run)"
+            echo "RESULT 0 1 0"; exit 1
+        fi
+        echo "  ok (simulated GPU): $sim" ;;
+    esac
     case "$line" in *nvcc*|*cudart*) [ "$HAVE_CUDA" = 1 ] || { echo "  skip (no CUDA toolkit): $line"; continue; } ;; esac
     cmd=$(echo "$line" | sed -e "s| -o quickstart| -o build/readme_build_$n|" -e "s|/usr/local/cuda|${CUDA_HOME:-/usr/local/cuda}|g")
     case "$line" in nvcc*) cmd="${NVCC:-nvcc}${cmd#nvcc}" ;; esac
