@@ -4337,12 +4337,22 @@ static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
     else if (sv->device >= 0 && sv->device != l->cu->device) (void)cudaSetDevice(sv->device);
 }
 
-/* The library's own threads (workers, stager, retirer) live on its device. */
+/* The library's own threads (workers, stager, retirer) live on its device.
+   A worker that cannot get there stops the pipeline, as the stager and
+   the retirer do (pf__helper_begin): a load that calls CUDA would run on
+   another GPU (an outside trial saw only a warning, and the run go on). */
+static void pf__cuda_fatal(pf_loader *l, int by, const char *msg);
 static void pf__bind_thread_cuda(pf_loader *l) {
     cudaError_t e = cudaSetDevice(l->cu->device);
-    if (e != cudaSuccess)
-        pf__log(&l->cfg, PF_LOG_WARN, "worker thread: cudaSetDevice(%d) failed: %s", l->cu->device,
-                cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+        char what[64], m[PF__MSG_SIZE];
+        pf__format(what, sizeof what, "worker thread: cudaSetDevice(%d)", l->cu->device);
+        pf__cuda_msg(m, sizeof m, what, e);
+        pf__lock(&l->sync.mu);
+        pf__cuda_fatal(l, PF__BY_LOAD, m);
+        pf__unlock_wake(l);
+        pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
+    }
 }
 
 /* What the machine has, in words, for a "no usable device" message: no
@@ -5671,8 +5681,9 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     rs->skipped = t.skipped;
     no_done = t.done[0] == '-' && (t.done[1] == '\0' || pf__token_space(t.done[1]));
     if (c->epochs && v[PF__K_EPOCH] == c->epochs && (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from))
-        PF__RBAD("cfg.resume: malformed token: at epoch=%llu = cfg.epochs (the end of data) a token has batch=0 "
-                 "pos=0 done=-", (unsigned long long)v[PF__K_EPOCH]);
+        PF__RBAD("resume token is inside epoch %llu (batch=%llu), past the end of data at cfg.epochs = %u: a token "
+                 "from a run of more epochs (a token of this run there says batch=0 pos=0 done=-)",
+                 (unsigned long long)v[PF__K_EPOCH], (unsigned long long)v[PF__K_BATCH], (unsigned)c->epochs);
     r = pf__check_token_position(c, &t, no_done, &nbatches, why, wn);
     if (r == PF_OK && !no_done) r = pf__read_done(c, &t, nbatches, rs, cap, why, wn);
     if (r != PF_OK) return r;
@@ -5907,6 +5918,9 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
         if (r != PF_OK) return r;
     }
+    if (c.backend == PF_BACKEND_HOST && c.stream) /* asked for the CPU: said, not refused */
+        pf__log(&c, PF_LOG_WARN, "cfg.stream is set but cfg.backend is PF_BACKEND_HOST: batches are host memory "
+                "and the stream is not used");
     if (c.backend != PF_BACKEND_HOST) {
         int g = pf__choose_gpu(&c, &ops, why, n);
         if (g == PF__USE_HOST) g = pf__host_fallback(&c, why, n);
@@ -6006,8 +6020,8 @@ static void pf__verdict(pf_stats *s, bool helping) {
         s->verdict = "unknown: too few batches delivered to tell";
     } else if (waited < 0.05) {
         s->bound = PF_BOUND_COMPUTE;
-        s->verdict = "compute-bound: the loader keeps up; pf_next waits only for the GPU to finish earlier "
-                     "batches, if at all";
+        s->verdict = "compute-bound: the loader keeps up; your step is the limit (on CUDA, waits for the GPU to "
+                     "finish earlier batches do not count against the loader)";
     } else if (s->wait_copy_s > s->wait_input_s) {
         s->bound = PF_BOUND_COPY;
         s->verdict = "copy-bound: the consumer waits for host-to-device copies; send fewer bytes "

@@ -2231,6 +2231,51 @@ static void test_every_create_call_can_fail_cleanly(void) {
     t_load_free(&t);
 }
 
+/* Any one cudaSetDevice of a run failing, a worker's included (a load
+   that calls CUDA would run on another GPU; it was a warning, and the run
+   went on), ends in PF_ERR_CUDA naming the call: from pf_create when it
+   is the caller's thread's, else from pf_next; never a silent run. */
+static void test_a_thread_that_cannot_set_its_device_stops_the_run(void) {
+    tload t;
+    tcons c;
+    trun r;
+    pf_config cfg;
+    int base, total;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    base = cudaSimCalls("cudaSetDevice");
+    cfg = t_config(&t, 100, 5, 1);
+    cfg.num_workers = 2;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    t_run_init(&r);
+    CHECK_EQ(t_drain(&c, &r, 100000), PF_END_OF_DATA);
+    total = cudaSimCalls("cudaSetDevice") - base; /* pf_create's, 2 workers', the stager's, the retirer's */
+    t_run_free(&r);
+    t_end(&c);
+    CHECK(total >= 4);
+    for (int n = 1; n <= total; n++) {
+        pf_result cr;
+        t_begin(&c, h_seed);
+        cudaSimFailNth("cudaSetDevice", n, cudaErrorUnknown, 0); /* the n-th from now */
+        cfg.stream = NULL;
+        cr = t_create(&c, &cfg);
+        if (cr != PF_OK) {
+            CHECKF(cr == PF_ERR_CUDA, "call %d: pf_create %d", n, (int)cr);
+            CHECK_CONTAINS(pf_error(NULL), "cudaSetDevice");
+            c.l = NULL;
+        } else {
+            t_run_init(&r);
+            CHECKF(t_drain(&c, &r, 100000) == PF_ERR_CUDA, "call %d: the run went on (%u batches)", n,
+                   (unsigned)r.n);
+            CHECK_CONTAINS(pf_error(c.l), "cudaSetDevice");
+            t_run_free(&r);
+        }
+        cudaSimClearFaults();
+        t_end(&c);
+    }
+    t_load_free(&t);
+}
+
 /* ---- the loader over many seeds and shapes ---- */
 
 static void test_many_seeds_no_race_no_wrong_batch(void) {
@@ -2368,6 +2413,7 @@ static const h_test tests[] = {
     {"runtime_cuda_failures_surface", test_runtime_cuda_failures_surface_from_pf_next},
     {"no_token_after_a_lost_batch", test_no_token_after_a_batch_lost_to_a_cuda_error},
     {"every_create_call_can_fail_cleanly", test_every_create_call_can_fail_cleanly},
+    {"a_thread_that_cannot_set_its_device_stops_the_run", test_a_thread_that_cannot_set_its_device_stops_the_run},
     {"many_seeds_no_race_no_wrong_batch", test_many_seeds_no_race_no_wrong_batch},
 };
 

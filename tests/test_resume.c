@@ -598,7 +598,7 @@ static void test_corrupt_tokens_are_named(void) {
         {TOKA "world=1 rank=0 unordered=0 done=-XYZ", false, "done=-XYZ is neither - (none) nor a list"},
         {TOKA "world=1 rank=0 unordered=1 done=-XYZ", true, "done=-XYZ is neither - (none) nor a list"},
         {"pf1 epoch=1 batch=2 pos=8 n=40 seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
-         "rank=0 unordered=0 done=-", false, "at epoch=1 = cfg.epochs (the end of data)"},
+         "rank=0 unordered=0 done=-", false, "inside epoch 1 (batch=2), past the end of data at cfg.epochs = 1"},
         {TOKA "world=1 rank=0 unordered=2 done=-", false, "are 0 or 1"},
         {"pf1 epoch=0 batch=1 pos=4 n=- seed=1234 batch_size=4 shuffle=1 block=1 window=0 drop_last=0 world=1 "
          "rank=0 unordered=0 done=-", false, "n=- (the epoch's size unknown) with batch=1"},
