@@ -553,7 +553,9 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out);
 
 /* pf_next: the next batch (in order unless cfg.unordered), PF_END_OF_EPOCH
    once after each epoch's last batch, then PF_END_OF_DATA for ever after the
-   last epoch. Waits (sleeping) until the batch is ready, at most
+   last epoch (save a CUDA error that comes after it, a device fault in
+   your last kernels: that is returned instead, and sticks). Waits
+   (sleeping) until the batch is ready, at most
    cfg.timeout_ms when set (PF_TIMEOUT; the loader still works). CUDA: the
    consumer stream is made to wait for the copy; the host does not wait.
    Holding every slot and asking for more is PF_ERR_INVALID_STATE.

@@ -1431,14 +1431,15 @@ static void test_a_help_trial_ends_when_nothing_waits(void) {
    help ends as the first failure would have ended it: the workers are
    back, and no trial comes again until the backoff has passed. Both
    verdicts are forced (a throughput before of 1e9 batches/s), so no
-   timing decides them; loads of 20 us keep the consumer waiting, so
+   timing decides them; loads of 200 us keep the consumer waiting, so
    every period is judged (with 1 us loads, under TSan and the simulated
    CUDA runtime the workers kept up, and the quiet-trial rule ended help
-   instead). PF__PARK_TRY_S is raised for the suite: a load that cheap.
-   Bounded: 10 s by the clock. */
+   instead; with 20 us loads, so did a TSan consumer under make test's
+   load, at 27 us a batch). PF__PARK_TRY_S is raised for the suite: a load
+   that cheap. Bounded: 10 s by the clock. */
 T_SPIN_LOAD(spin_20us, 20000)
 static void test_a_failed_help_trial_tries_pf_next_alone(void) {
-    pf_loader *l = on_help_trial(UINT64_C(1) << 40, spin_20us); /* every trial fails */
+    pf_loader *l = on_help_trial(UINT64_C(1) << 40, slow_200us); /* every trial fails */
     bool parked_last = false, ended = false;
     uint64_t k = 0;
     double t0 = t_now_s();
