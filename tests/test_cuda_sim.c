@@ -943,14 +943,9 @@ static void test_rig_stream_destroy_with_queued_host_function(void) {
    outside trial's destroy-then-synchronize was a use after free, caught
    by the ASan build of this suite. */
 static void *open_gate_soon(void *arg) {
-    gate *g = (gate *)arg;
     struct timespec ts = {0, 20 * 1000 * 1000}; /* the synchronize is asleep by then */
     nanosleep(&ts, NULL);
-    pthread_mutex_lock(&g->mu);
-    g->open = 1;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    return NULL;
+    return fault_later(arg); /* opens the gate */
 }
 static void test_rig_device_synchronize_after_stream_destroy(void) {
     rig r;

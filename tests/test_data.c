@@ -2113,13 +2113,25 @@ static void test_tar_pax_and_long_names_name_one_entry(void) {
 /* WebDataset refuses a sample with two parts of one name; an empty GNU
    long name is damage; an archive of empty files says so; a missing end
    of archive is read, with a warning */
+/* The shards open, with `samples` samples and one warning that says `says`. */
+static void tar_opens_with_a_warning(const pf_tar_config *tc, uint64_t samples, const char *says) {
+    pf_config cfg = t_config_base(0, 4, 0, 1);
+    pf_tar *tr = NULL;
+    logcap lc;
+    cap_begin(&lc, &cfg);
+    CHECKF(pf_tar_open(tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+    CHECK_EQ(pf_tar_samples(tr), samples);
+    CHECK_EQ(lc.warns, 1);
+    CHECK_CONTAINS(lc.text, says);
+    pf_tar_close(tr);
+    cap_end(&lc);
+}
 static void test_tar_duplicates_and_odd_archives_are_named(void) {
     char path[300];
     const char *pp[1] = {path};
     pf_tar_config tc;
     pf_tar *tr = (pf_tar *)1;
     pf_config cfg = t_config_base(0, 4, 0, 1);
-    logcap lc;
     FILE *f;
     tc = tar_config(pp, 1);
     tmp_begin();
@@ -2149,13 +2161,7 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
         CHECK(stat(path, &st) == 0);
         CHECK(truncate(path, st.st_size - 1024) == 0); /* write_tar ends with 1024 zero bytes */
     }
-    cap_begin(&lc, &cfg);
-    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
-    CHECK_EQ(pf_tar_samples(tr), 3);
-    CHECK_EQ(lc.warns, 1);
-    CHECK_CONTAINS(lc.text, "without the end-of-archive blocks");
-    pf_tar_close(tr);
-    cap_end(&lc);
+    tar_opens_with_a_warning(&tc, 3, "without the end-of-archive blocks");
     { /* cut inside the last entry's padding, its 4 bytes of data whole: read
          too, the warning at the file's end (an outside trial's message said
          "18446744073709551292 are left") */
@@ -2164,14 +2170,7 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
         CHECK(stat(path, &st) == 0);
         CHECK(truncate(path, st.st_size - 500) == 0);
         snprintf(at, sizeof at, "ends at byte %llu without", (unsigned long long)st.st_size - 500);
-        cfg = t_config_base(0, 4, 0, 1); /* the open before set cfg.load */
-        cap_begin(&lc, &cfg);
-        CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
-        CHECK_EQ(pf_tar_samples(tr), 3);
-        CHECK_EQ(lc.warns, 1);
-        CHECK_CONTAINS(lc.text, at);
-        pf_tar_close(tr);
-        cap_end(&lc);
+        tar_opens_with_a_warning(&tc, 3, at);
     }
     /* a hard link (tar writes one for a file added twice) and a symbolic
        one: no data of their own, left out with one warning naming the first */
@@ -2181,14 +2180,7 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     tar_header(f, "b.jpg", 0, '1', NULL);
     tar_header(f, "c.jpg", 0, '2', NULL);
     tar_end(f);
-    cfg = t_config_base(0, 4, 0, 1);
-    cap_begin(&lc, &cfg);
-    CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
-    CHECK_EQ(pf_tar_samples(tr), 1);
-    CHECK_EQ(lc.warns, 1);
-    CHECK_CONTAINS(lc.text, "2 links (hard or symbolic: the first is b.jpg, at byte 2048) left out");
-    pf_tar_close(tr);
-    cap_end(&lc);
+    tar_opens_with_a_warning(&tc, 1, "2 links (hard or symbolic: the first is b.jpg, at byte 2048) left out");
     tmp_end();
 }
 

@@ -1258,10 +1258,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     s = resolve(st, "cudaMemcpyAsync");
     if (!s) END(cudaErrorInvalidResourceHandle);
     if (!check_stream(s, "cudaMemcpyAsync")) END(cudaErrorInvalidValue);
-    if (kind == cudaMemcpyDeviceToHost) { /* a caller's check of a batch (the Quick start's plain-C build) */
-        cudaError_t e = cudaSuccess;
-        ad = find_alloc(dst, n);
-        as = find_alloc(src, n);
+    /* the library copies to the device; a caller's check of a batch (the
+       Quick start's plain-C build) copies one back */
+    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost) END(cudaErrorInvalidValue);
+    ad = find_alloc(dst, n);
+    as = find_alloc(src, n);
+    if (kind == cudaMemcpyDeviceToHost) {
         if (!as || as->pinned || as->device != s->device) {
             violation("cudaMemcpyAsync: source %p (+%zu) is not device memory of device %d", src, n, s->device);
             END(cudaErrorInvalidValue);
@@ -1270,45 +1272,31 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
             violation("cudaMemcpyAsync: cudaMemcpyDeviceToHost into device memory %p", dst);
             END(cudaErrorInvalidValue);
         }
-        o = new_op(OP_COPY);
-        if (!o) END(cudaErrorMemoryAllocation);
-        o->dst = dst;
-        o->src = src;
-        o->n = n;
-        o->adst = ad; /* NULL: pageable, not watched */
-        o->asrc = as;
-        if (ad) ad->pending++;
-        as->pending++;
-        push(s, o);
-        /* DOC (API synchronization behavior, Asynchronous): "For transfers
-           from device memory to pageable host memory, the function will
-           return only once the copy has completed." */
-        if (!ad) e = wait_stream(s);
-        END(e);
-    }
-    if (kind != cudaMemcpyHostToDevice) END(cudaErrorInvalidValue); /* the library copies to the device only */
-    ad = find_alloc(dst, n);
-    as = find_alloc(src, n);
-    if (!ad || ad->pinned || ad->device != s->device) {
-        violation("cudaMemcpyAsync: destination %p (+%zu) is not device memory of device %d", dst, n, s->device);
-        END(cudaErrorInvalidValue);
-    }
-    if (!as || !as->pinned) {
-        violation("cudaMemcpyAsync: source %p (+%zu) is not pinned (cudaHostAlloc) memory: the copy would not "
-                  "be asynchronous", src, n);
-        END(cudaErrorInvalidValue);
+    } else {
+        if (!ad || ad->pinned || ad->device != s->device) {
+            violation("cudaMemcpyAsync: destination %p (+%zu) is not device memory of device %d", dst, n, s->device);
+            END(cudaErrorInvalidValue);
+        }
+        if (!as || !as->pinned) {
+            violation("cudaMemcpyAsync: source %p (+%zu) is not pinned (cudaHostAlloc) memory: the copy would not "
+                      "be asynchronous", src, n);
+            END(cudaErrorInvalidValue);
+        }
     }
     o = new_op(OP_COPY);
     if (!o) END(cudaErrorMemoryAllocation);
     o->dst = dst;
     o->src = src;
     o->n = n;
-    o->adst = ad;
+    o->adst = ad; /* NULL: pageable host memory, not watched */
     o->asrc = as;
-    ad->pending++;
+    if (ad) ad->pending++;
     as->pending++;
     push(s, o);
-    END(cudaSuccess);
+    /* DOC (API synchronization behavior, Asynchronous): "For transfers from
+       device memory to pageable host memory, the function will return only
+       once the copy has completed." */
+    END(kind == cudaMemcpyDeviceToHost && !ad ? wait_stream(s) : cudaSuccess);
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t st, cudaHostFn_t fn, void *arg) {
