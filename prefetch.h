@@ -1760,9 +1760,11 @@ static bool pf__error_due(const pf_loader *l) { return l->error.shown || (l->err
 static uint32_t pf__ring_slots(uint32_t workers, const pf_config *c) {
     uint64_t n = 2 * (uint64_t)workers + 1;
     size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
-    uint64_t fit = stride ? PF__SMALL_RING_BYTES / stride : 0, words = PF__SMALL_RING_BYTES / ((3 * (uint64_t)c->batch_size + 1) * 8);
+    uint64_t fit = stride ? PF__SMALL_RING_BYTES / stride : 0;
+    uint64_t words = PF__SMALL_RING_BYTES / ((3 * (uint64_t)c->batch_size + 1) * 8); /* bookkeeping */
     if (words < fit) fit = words;
-    if (c->batch_bytes && stride >= c->batch_bytes && fit > n) n = fit < PF__SMALL_RING_SLOTS ? fit : PF__SMALL_RING_SLOTS;
+    if (c->batch_bytes && stride >= c->batch_bytes && fit > n)
+        n = fit < PF__SMALL_RING_SLOTS ? fit : PF__SMALL_RING_SLOTS;
     if (n < 2 * (uint64_t)workers + 1) n = 2 * (uint64_t)workers + 1;
     return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
