@@ -203,7 +203,8 @@
      256-byte aligned for vector loads. Plus small bookkeeping through
      cfg.allocator: (3 * batch_size + 1) * 8 bytes per slot, host and
      device (its indices, and its packed samples' offsets and bad ones;
-     the default host_slots keeps them within 2 MiB). A reader
+     the default host_slots adds slots past 2 * num_workers + 1 only while
+     these too fit in 2 MiB). A reader
      (pf_records_open, ...) allocates through the cfg.allocator it is
      opened with as well: its index at the open, a growing file list's
      files as epochs are planned, a read buffer per worker.
@@ -640,7 +641,8 @@ PF_API int pf_stats_format(const pf_loader *l, char *buf, size_t size);
 
 /* For load callbacks. pf_job_fail records why the batch failed (printf
    format) and returns -1, so `return pf_job_fail(job, "...", ...);` works;
-   the batch fails with that message even if load then returns 0.
+   the batch fails with that message even if load then returns 0 (called
+   twice, the first message stands).
    pf_job_cancelled is true once pf_destroy has begun: a slow load may stop
    early (its batch is discarded). */
 PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) PF__PRINTF(2, 3);
@@ -794,8 +796,8 @@ PF_API void pf_tokens_close(pf_tokens *t);
        extension);
      - two parts of one name in a sample ("a.jpg" twice) refuse the open
        naming the shard and the key.
-   A shard cut after a whole entry's data (no end-of-archive blocks, or
-   part of the last entry's padding) is read up to there, with a
+   A shard cut after a whole entry's data (no end-of-archive blocks, part
+   of them, or part of the last entry's padding) is read up to there, with a
    PF_LOG_WARN through cfg.log; so are links (hard or symbolic: no data of
    their own), which are left out. Without a step a sample is
    its parts' bytes back to back. */
@@ -5541,10 +5543,11 @@ static pf_result pf__check_token_config(const pf_config *c, const pf__token *t, 
     if (v[PF__K_SHUFFLE] != (uint64_t)c->shuffle)
         PF__RBAD("resume token is for shuffle %s, cfg.shuffle is %s", v[PF__K_SHUFFLE] ? "true" : "false",
                  c->shuffle ? "true" : "false");
-    if (v[PF__K_BLOCK] != block || v[PF__K_WINDOW] != window)
+    /* the window counts only with a block shuffle (a token then says 0) */
+    if (v[PF__K_BLOCK] != block || (block > 1 && v[PF__K_WINDOW] != window))
         PF__RBAD("resume token is for shuffle_block %llu and shuffle_window %llu, the config has %u and %u",
                  (unsigned long long)v[PF__K_BLOCK], (unsigned long long)v[PF__K_WINDOW], (unsigned)block,
-                 (unsigned)window);
+                 (unsigned)(block > 1 ? window : c->shuffle_window));
     if (v[PF__K_DROP] != (uint64_t)c->drop_last)
         PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[PF__K_DROP] ? "true" : "false",
                  c->drop_last ? "true" : "false");
@@ -5783,7 +5786,17 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
                    (unsigned long long)lay.size);
         return PF_ERR_NO_MEMORY;
     }
-    memset(base, 0, lay.size);
+    {
+        /* zeroed but for the slots' index and sample words, written before
+           they are read: their pages are touched only by the slots that come
+           to be used (with autotune, 3 of 33 slots of 2^24 samples zeroed
+           12 GiB of them at pf_create in an outside trial) */
+        size_t e_index = o_index + ((size_t)nslots + dslots) * c->batch_size * sizeof(uint64_t);
+        size_t e_samples = o_samples + ((size_t)nslots + dslots) * (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t);
+        memset(base, 0, o_index);
+        memset(base + e_index, 0, o_samples - e_index);
+        memset(base + e_samples, 0, lay.size - e_samples);
+    }
     l = (pf_loader *)base;
     l->cfg = *c;
     l->ops = ops;
@@ -6149,6 +6162,9 @@ PF_API int pf_job_fail(pf_job *job, const char *fmt, ...) {
     pf__worker *w = job ? (pf__worker *)job->pf__worker : NULL;
     va_list ap;
     if (!w) return -1;
+    /* the first reason stands: later calls are usually its consequences
+       (a pf_job_skip under PF_BAD_STOP, a second look at the same fault) */
+    if (w->failed && w->msg[0]) return -1;
     w->failed = true;
     if (!fmt) return -1;
     va_start(ap, fmt);
@@ -7480,9 +7496,16 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         /* no end blocks, or the last entry's data whole and its padding
            cut: accepted, as tar does, with a warning (below) */
         if (pos >= fsize) break;
-        if (pos + 512 > fsize)
+        if (pos + 512 > fsize) {
+            unsigned char tail[512];
+            size_t left = (size_t)(fsize - pos), k;
+            if (pf__pread_full(fd, tail, left, pos) == (long long)left) {
+                for (k = 0; k < left && !tail[k]; k++) {}
+                if (k == left) break; /* zeros: the first end block, cut (an outside trial's; GNU tar lists it) */
+            }
             PF__TAR_BAD("pf_tar_open: %s is truncated: a header at byte %llu needs 512 bytes, %llu are left", path,
                         (unsigned long long)pos, (unsigned long long)(fsize - pos));
+        }
         if (pf__pread_full(fd, h, 512, pos) != 512)
             PF__TAR_BAD("pf_tar_open: %s: cannot read the header at byte %llu", path, (unsigned long long)pos);
         for (i = 0; i < 512 && !h[i]; i++) {}
@@ -7640,8 +7663,8 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                    links == 1 ? "" : "s", link_name, (unsigned long long)link_at);
     if (!ended && pos)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
-                   "after a whole entry, or in its padding?); its entries up to there are read", path,
-                   (unsigned long long)fsize);
+                   "after a whole entry, in its padding or in the end blocks?); its entries up to there are read",
+                   path, (unsigned long long)fsize);
 done:
     pf__rd_free(&t->rd.al, name);
     pf__rd_free(&t->rd.al, longname);

@@ -566,6 +566,7 @@ static void check_load_failure(int how, bool unordered) {
     CHECK_CONTAINS(r.msg, "(worker ");
     CHECK_CONTAINS(r.msg, says[how]);
     if (how != FAIL_SILENT) CHECKF(!strstr(r.msg, "without pf_job_fail"), "%s", r.msg);
+    CHECKF(!strstr(r.msg, "a later consequence"), "%s", r.msg);
     CHECK_EQ(t_next(&c, &b), PF_ERR_LOAD); /* sticky */
     CHECK_CONTAINS(pf_error(c.l), "epoch 1 batch 5");
     t_close(&t, &c, &r);

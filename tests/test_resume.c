@@ -359,6 +359,21 @@ static void test_token_edge_cases_and_mismatches(void) {
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     CHECK_EQ(pf_checkpoint(c.l, tok, sizeof tok), PF_OK); /* before the first batch */
     CHECK_CONTAINS(tok, "epoch=0 batch=0 ");
+    { /* without a block shuffle the window counts for nothing: a token that
+         names one is the same run (an outside trial's was refused, "the
+         config has 1 and 0", while pf_config_defaults says 8) */
+        char alt[512];
+        const char *w = strstr(tok, "window=0");
+        pf_config c2 = cfg;
+        pf_loader *l2 = NULL;
+        CHECK(w != NULL);
+        if (w) {
+            snprintf(alt, sizeof alt, "%.*swindow=8%s", (int)(w - tok), tok, w + 8);
+            c2.resume = alt;
+            CHECKF(pf_create(&c2, &l2) == PF_OK, "%s", pf_error(NULL));
+            pf_destroy(l2);
+        }
+    }
     CHECK_EQ(pf_checkpoint(c.l, small, sizeof small), PF_ERR_INVALID_ARG);
     CHECK_CONTAINS(pf_error(c.l), "the token needs");
     { /* the size it names is exactly enough */

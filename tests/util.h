@@ -160,6 +160,7 @@ T_FN int t_load(void *user, pf_job *job) {
         if (t->fail_empty) return pf_job_fail(job, "%s", "");
         if (t->fail_said_ok) {
             (void)pf_job_fail(job, "synthetic failure reading shard %d", 42);
+            (void)pf_job_fail(job, "a later consequence"); /* the first reason stands */
             return 0;
         }
         return pf_job_fail(job, "synthetic failure reading shard %d", 42);
