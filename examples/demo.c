@@ -266,9 +266,10 @@ int main(int argc, char **argv) {
     }
     naive = naive_loop(&o, &jc, gpu && cuda_ok, stream, dev, sink);
     if (gpu)
-        printf("backend: CUDA (step = a GPU kernel; copies on a side stream)\n");
+        printf("backend: CUDA (the step is a GPU kernel; copies run on a side stream)\n");
     else
-        printf("backend: host (%s; step = host wait)\n", backend_why[0] ? backend_why : "no usable GPU");
+        printf("backend: host, because %s (the step stands in for a GPU: the host waits its time)\n",
+               backend_why[0] ? backend_why : "no GPU is usable");
     printf("  naive loop      (load, then step)        %7.3f s   %7.1f batches/s\n", naive, o.batches / naive);
     if (!o.workers) printf("  autotune settled on %u of up to %u workers\n", (unsigned)st.workers_active,
                            (unsigned)st.num_workers);
