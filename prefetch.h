@@ -7470,7 +7470,8 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
        entry only, and are cleared by it */
     char *name = (char *)pf__rd_alloc(&t->rd.al, PF__TAR_PATH), *meta = NULL;
     char *longname = (char *)pf__rd_calloc(&t->rd.al, 1, PF__TAR_PATH);
-    bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false;
+    bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false,
+         meta_pending = false; /* an L or x record read, its entry not yet */
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
@@ -7541,6 +7542,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                 PF__TAR_BAD("pf_tar_open: %s: cannot read the record at byte %llu", path, (unsigned long long)pos);
             meta[size] = '\0';
             meta_at = pos;
+            meta_pending = true; /* whatever it says, it is for an entry that must follow */
             if (type == 'L') {
                 size_t len = strnlen(meta, (size_t)size);
                 if (!len)
@@ -7581,7 +7583,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             else
                 snprintf(name, PF__TAR_PATH, "%.*s", (int)nl, (const char *)h);
         }
-        has_long = has_pax_path = has_pax_size = false;
+        has_long = has_pax_path = has_pax_size = meta_pending = false;
         longname[0] = '\0';
         if (type == '0' || type == '\0' || type == '7') { /* a regular file: a part */
             const char *base = strrchr(name, '/'), *dot;
@@ -7648,7 +7650,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         }
         pos = next;
     }
-    if (has_long || has_pax_path || has_pax_size)
+    if (meta_pending)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: the %s header at byte %llu has no entry after it; ignored",
                    path, has_long ? "GNU long name" : "pax", (unsigned long long)meta_at);
     if (noext)

@@ -2190,6 +2190,16 @@ static void test_tar_duplicates_and_odd_archives_are_named(void) {
     tar_header(f, "c.jpg", 0, '2', NULL);
     tar_end(f);
     tar_opens_with_a_warning(&tc, 1, "2 links (hard or symbolic: the first is b.jpg, at byte 2048) left out");
+    { /* a pax header that names neither path nor size, with no entry after
+         it: said too (an outside trial's mtime-only one was not) */
+        char rec[128] = "";
+        f = fopen(path, "wb");
+        tar_file(f, "a.jpg", "aaa", 3);
+        pax_add(rec, sizeof rec, "mtime", "1700000000");
+        tar_meta(f, "./PaxHeaders/a", 'x', rec, strlen(rec));
+        tar_end(f);
+        tar_opens_with_a_warning(&tc, 1, "the pax header at byte 1024 has no entry after it");
+    }
     tmp_end();
 }
 
