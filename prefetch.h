@@ -4345,20 +4345,15 @@ static void pf__cuda_leave(pf_loader *l, const pf__ctx_saved *sv) {
 
 /* The library's own threads (workers, stager, retirer) live on its device.
    A worker that cannot get there stops the pipeline, as the stager and
-   the retirer do (pf__helper_begin): a load that calls CUDA would run on
-   another GPU (an outside trial saw only a warning, and the run go on). */
-static void pf__cuda_fatal(pf_loader *l, int by, const char *msg);
+   the retirer do, through the same start (pf__helper_begin): a load that
+   calls CUDA would run on another GPU (an outside trial saw only a
+   warning, and the run go on). */
+static void pf__helper_begin(pf_loader *l, int by, const char *who, char *logmsg, size_t n);
 static void pf__bind_thread_cuda(pf_loader *l) {
-    cudaError_t e = cudaSetDevice(l->cu->device);
-    if (e != cudaSuccess) {
-        char what[64], m[PF__MSG_SIZE];
-        pf__format(what, sizeof what, "worker thread: cudaSetDevice(%d)", l->cu->device);
-        pf__cuda_msg(m, sizeof m, what, e);
-        pf__lock(&l->sync.mu);
-        pf__cuda_fatal(l, PF__BY_LOAD, m);
-        pf__unlock_wake(l);
-        pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
-    }
+    char m[PF__MSG_SIZE] = "";
+    pf__helper_begin(l, PF__BY_LOAD, "worker thread", m, sizeof m);
+    pf__unlock_wake(l);
+    if (m[0]) pf__log(&l->cfg, PF_LOG_ERROR, "%s", m);
 }
 
 /* What the machine has, in words, for a "no usable device" message: no
@@ -4623,9 +4618,9 @@ static int pf__stage_copy(pf_loader *l, pf__slot *s, uint32_t d, size_t bytes, u
     return pf__cuda_code(e);
 }
 
-/* A helper thread (stager, retirer) starts on the loader's device; if it
-   cannot, the pipeline stops with that call named. Returns with the lock
-   held. */
+/* A library thread (stager, retirer, worker) starts on the loader's
+   device; if it cannot, the pipeline stops with that call named. Returns
+   with the lock held. */
 static void pf__helper_begin(pf_loader *l, int by, const char *who, char *logmsg, size_t n) {
     cudaError_t e = cudaSetDevice(l->cu->device);
     pf__lock(&l->sync.mu);
@@ -5748,6 +5743,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
                            char *why, size_t n) {
     pf__layout lay = {0, false};
     size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples, o_grown;
+    size_t e_index, e_samples; /* where the index and sample words end */
     size_t o_backend[PF__BACKEND_OFFSETS] = {0};
     uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
     uint32_t dslots = ops->extra_slots ? ops->extra_slots(c) : 0;
@@ -5768,11 +5764,13 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     /* count and element size apart: pf__reserve checks the product (a
        32-bit size_t could wrap it before) */
     o_index = pf__reserve(&lay, (size_t)nslots + dslots, (size_t)c->batch_size * sizeof(uint64_t));
+    e_index = lay.size;
     o_plans = pf__reserve(&lay, plan_cap, sizeof(pf__plan));
     o_workers = pf__reserve(&lay, (size_t)c->num_workers + 1, sizeof(pf__worker)); /* + pf_next's own (inline) */
     o_ckdone = pf__reserve(&lay, ck_win, 1);
     o_skip = pf__reserve(&lay, nskip, sizeof(uint64_t));
     o_samples = pf__reserve(&lay, (size_t)nslots + dslots, (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t));
+    e_samples = lay.size;
     o_grown = pf__reserve(&lay, nslots, sizeof(void *) + sizeof(uint32_t));
     if (ops->reserve) ops->reserve(&lay, c, nslots, plan_cap, o_backend);
     if (lay.overflow) {
@@ -5786,17 +5784,13 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
                    (unsigned long long)lay.size);
         return PF_ERR_NO_MEMORY;
     }
-    {
-        /* zeroed but for the slots' index and sample words, written before
-           they are read: their pages are touched only by the slots that come
-           to be used (with autotune, 3 of 33 slots of 2^24 samples zeroed
-           12 GiB of them at pf_create in an outside trial) */
-        size_t e_index = o_index + ((size_t)nslots + dslots) * c->batch_size * sizeof(uint64_t);
-        size_t e_samples = o_samples + ((size_t)nslots + dslots) * (2 * (size_t)c->batch_size + 1) * sizeof(uint64_t);
-        memset(base, 0, o_index);
-        memset(base + e_index, 0, o_samples - e_index);
-        memset(base + e_samples, 0, lay.size - e_samples);
-    }
+    /* zeroed but for the slots' index and sample words, written before
+       they are read: their pages are touched only by the slots that come to
+       be used (with autotune, 3 of 33 slots of 2^24 samples zeroed 12 GiB
+       of them at pf_create in an outside trial) */
+    memset(base, 0, o_index);
+    memset(base + e_index, 0, o_samples - e_index);
+    memset(base + e_samples, 0, lay.size - e_samples);
     l = (pf_loader *)base;
     l->cfg = *c;
     l->ops = ops;
