@@ -1759,9 +1759,11 @@ static bool pf__error_due(const pf_loader *l) { return l->error.shown || (l->err
    woken a batch of free slots at a time (pf__wake_workers). */
 #define PF__SMALL_RING_BYTES ((size_t)2 << 20)
 #define PF__SMALL_RING_SLOTS 64u
+/* n bytes rounded up to PF__ALIGN (a slot's stride); less than n where it wraps */
+static size_t pf__align_up(size_t n) { return (n + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1); }
 static uint32_t pf__ring_slots(uint32_t workers, const pf_config *c) {
     uint64_t n = 2 * (uint64_t)workers + 1;
-    size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    size_t stride = pf__align_up(c->batch_bytes);
     uint64_t fit = stride ? PF__SMALL_RING_BYTES / stride : 0;
     uint64_t words = PF__SMALL_RING_BYTES / ((3 * (uint64_t)c->batch_size + 1) * 8); /* bookkeeping */
     if (words < fit) fit = words;
@@ -1793,7 +1795,7 @@ PF_API pf_config pf_config_defaults(const pf_config *cfg) {
 
 /* Do `slots` slots of `bytes`, each rounded up to PF__ALIGN, overflow? */
 static bool pf__slots_overflow(size_t bytes, uint32_t slots) {
-    size_t stride = (bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    size_t stride = pf__align_up(bytes);
     return stride < bytes || stride > (SIZE_MAX - PF__ALIGN) / (slots ? slots : 1);
 }
 
@@ -4413,7 +4415,7 @@ static pf_result pf__cuda_probe(const pf_config *c, char *why, size_t n) {
    them before the first pinned slot: autotune grows the slots, in blocks
    of their own, and the tables stay where they are. */
 static size_t pf__offsets_stride(const pf_loader *l) {
-    return (((size_t)l->cfg.batch_size + 1) * sizeof(uint64_t) + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    return pf__align_up(((size_t)l->cfg.batch_size + 1) * sizeof(uint64_t));
 }
 static uint64_t *pf__dev_offsets(const pf_loader *l, uint32_t d) {
     return (uint64_t *)(l->cu->dev + (size_t)l->cfg.device_slots * l->stride + (size_t)d * pf__offsets_stride(l));
@@ -5751,7 +5753,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
        in flight (a host slot or a device slot each), or the token's done
        list if it reaches further (it was written with more slots) */
     uint32_t ck_win = nslots + dslots, nskip = rs0 ? rs0->nskip : 0;
-    size_t stride = (c->batch_bytes + (PF__ALIGN - 1)) & ~(size_t)(PF__ALIGN - 1);
+    size_t stride = pf__align_up(c->batch_bytes);
     unsigned char *base;
     pf_loader *l;
     if (nskip && rs0->skip_max - rs0->batch >= ck_win) ck_win = (uint32_t)(rs0->skip_max - rs0->batch + 1);
