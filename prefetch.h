@@ -1268,7 +1268,9 @@ static uint64_t pf__block_order(const pf__plan *p, const pf_config *c, uint64_t 
 
 /* Sample index of this rank's j-th sample in the plan's epoch. */
 static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j) {
-    uint64_t pos = (p->start + (j - p->first) * c->world_size + c->rank) % p->n; /* wrap = padding */
+    uint64_t pos = p->start + (j - p->first) * c->world_size + c->rank;
+    if (pos >= p->n) pos %= p->n; /* wrap = padding (a division only there: it costs as much as a 4 KiB copy's
+                                     first line) */
     if (!c->shuffle) return pos;
     return c->shuffle_block > 1 ? pf__block_order(p, c, pos) : pf__perm_apply(&p->perm, pos);
 }
@@ -1326,6 +1328,7 @@ typedef struct pf__slot {
     uint64_t seq, ticket, started_ns;
     uint64_t call_ns;     /* cfg.load itself, for autotune's inline choice */
     signed char slept;    /* that load slept: 1, did not: 0, not asked: -1 (pf__cpu_cap) */
+    bool indexed;         /* b's indices are in (pf__index_run): its claim's batch */
     uint32_t worker, index;
     uint32_t next_released; /* the released stack below it (pf__release_host) */
     uint32_t early;         /* loaded in a run, not yet published (pf__adopt_early) */
@@ -2373,6 +2376,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         s->b.epoch = l->claim.epoch;
         s->b.batch = l->claim.batch++;
         s->b.nbatches = l->claim.nbatches;
+        s->indexed = false;
         s->plan = pf__plan_find(l, l->claim.epoch);
         s->b.n = s->plan->n;
         s->worker = w->id;
@@ -3165,7 +3169,8 @@ static void pf__cpu_cap(pf_loader *l, bool slept) {
     }
 }
 
-static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
+/* Claimed slot s's sample indices and rng (lock not held). */
+static void pf__index_batch(pf_loader *l, pf__slot *s) {
     const pf__plan *p = s->plan; /* alive: the taker has not passed batch s */
     uint64_t first = s->b.batch * l->cfg.batch_size;
     uint32_t i;
@@ -3173,6 +3178,23 @@ static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) 
     s->b.count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
     for (i = 0; i < s->b.count; i++) s->b.indices[i] = pf__plan_index(p, &l->cfg, first + i);
     s->b.rng = pf__job_rng(&l->cfg, s->b.epoch, s->b.batch);
+    s->indexed = true;
+}
+/* A run's indices, all before its first load. A shuffled index is a chain
+   of some 16 dependent multiplies (pf__perm_apply), and a load's copy
+   waits for it: computed one per load, 1-sample batches of cheap loads
+   paid that chain between every two copies, and the copies no longer
+   overlapped. The run's chains are independent of each other. Shuffled
+   4 KiB batches loaded by pf_next alone on the 2-core VM: see
+   bench/README.md (2026-11-24, thirteenth session). */
+static void pf__index_run(pf_loader *l, pf__slot *const *run, uint32_t nrun) {
+    uint32_t k;
+    for (k = 0; k < nrun && nrun > 1; k++)
+        if (!run[k]->indexed) pf__index_batch(l, run[k]);
+}
+
+static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
+    if (!s->indexed) pf__index_batch(l, s);
     memset(job, 0, sizeof *job);
     job->epoch = s->b.epoch;
     job->batch = s->b.batch;
@@ -3411,6 +3433,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         for (k = 0; k < nrun; k++) seqs[k] = run[k]->seq;
         l->st.runs += nrun > 1;
         pf__unlock_wake(l);
+        pf__index_run(l, run, nrun);
         for (k = 0, prev = PF_OK; k < nrun; k++) {
             bool after;
             s = run[k];
@@ -3855,6 +3878,7 @@ static bool pf__load_inline(pf_loader *l) {
     l->at.inline_n++;
     if (!est) pf__wait_begins(l, now);
     pf__unlock_wake(l);
+    pf__index_run(l, run, nrun);
     for (k = 0, kept = nrun; k < kept; k++) {
         pf__slot *s = run[k];
         if (prev != PF_OK || pf__after_failure(l, s)) { /* nothing after a failed batch is delivered */
