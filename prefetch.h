@@ -540,7 +540,9 @@ typedef struct pf_stats {
                                   timed as a whole, its loads at its mean;
                                   single ones 1 in 16 timed)                   */
     uint64_t skipped;          /* bad samples skipped or marked (cfg.bad_samples),
-                                  in batches handed on for delivery so far    */
+                                  in the batches pf_next returned: their
+                                  b.skipped summed, from the run's start (a
+                                  resumed run's token included)               */
     uint32_t free_slots, loading_slots, ready_slots, held_slots, copying_slots;
     uint32_t device_ready, device_held;
     pf_bound bound;
@@ -622,7 +624,9 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg);
    batch an uninterrupted run stops at and pf_stats.skipped goes on. In
    order mode the ranks step in lockstep, so one rank's token serves them
    all, also on another world_size (the rest of the epoch is spread over
-   the new ranks, each sample once, plus the usual padding).
+   the new ranks, each sample once, plus the usual padding); its skipped=
+   is its own rank's, so another rank (or world size) counts from 0, with
+   a warning when cfg.bad_limit is set.
    Unordered, the token also lists the batches delivered past the first
    missing one, and resuming needs the same world_size and rank. A buffer
    too small (or NULL) is PF_ERR_INVALID_ARG, pf_error saying the size
@@ -1366,7 +1370,9 @@ typedef struct pf__resume {
                                 only counted)                           */
     uint64_t skip_max;       /* the largest of them (nskip > 0)          */
     uint64_t skipped;        /* bad samples in the batches delivered before
-                                (skipped=, 0 when absent)               */
+                                (skipped=, 0 when absent), this rank's   */
+    uint64_t others_skipped; /* skipped= of another rank's (or world
+                                size's) token: not this rank's count     */
 } pf__resume;
 
 /* The roles a thread waits in (see >>waiting). */
@@ -1381,6 +1387,8 @@ typedef struct pf__error {
     bool at_once;          /* due at the next pf_next, before anything staged
                               (CUDA failures); otherwise in batch order          */
     bool shown;            /* pf_next returned it: every later call returns it   */
+    bool log_owed;         /* no thread logged it: pf_next does when it shows it
+                              (a taker's own verdict, cfg.bad_limit)             */
     uint64_t seq;          /* planning: due once this many batches were taken    */
     uint64_t epoch, batch; /* the batch it concerns                              */
     char msg[PF__MSG_SIZE];
@@ -3723,7 +3731,7 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
 typedef pf_result (*pf__take_fn)(pf_loader *l, pf_batch *out, const struct timespec *deadline);
 static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, bool *progress) {
     struct timespec deadline;
-    char msg[PF__MSG_SIZE];
+    char msg[PF__MSG_SIZE], errlog[PF__MSG_SIZE];
     pf_result r;
     if (l->cfg.timeout_ms) deadline = pf__deadline(l->cfg.timeout_ms);
     pf__lock(&l->sync.mu);
@@ -3739,6 +3747,11 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
         l->st.last_ns = now;
     }
     l->st.last_fresh = false;
+    errlog[0] = '\0';
+    if (l->error.shown && l->error.log_owed) { /* a failure no worker logged (pf__skip_account) */
+        memcpy(errlog, l->error.msg, sizeof errlog);
+        l->error.log_owed = false;
+    }
     *progress = r == PF_OK && l->cfg.progress && l->st.batches % l->cfg.progress_every == 0;
     if (r == PF_OK && l->cfg.autotune) pf__autotune(l);
     else if (r == PF_OK && pf__cap_may(l) && pf__may_load(l)) pf__cap_caller(l);
@@ -3748,7 +3761,8 @@ static pf_result pf__next_frame(pf_loader *l, pf_batch *out, pf__take_fn take, b
         l->at.msg[0] = '\0';
     }
     pf__unlock_wake(l);
-    if (msg[0]) pf__log(&l->cfg, PF_LOG_DEBUG, "%s", msg); /* user code: never under the lock */
+    if (errlog[0]) pf__log(&l->cfg, PF_LOG_ERROR, "%s", errlog); /* user code: never under the lock */
+    if (msg[0]) pf__log(&l->cfg, PF_LOG_DEBUG, "%s", msg);
     return r;
 }
 
@@ -5545,12 +5559,21 @@ static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t
     return PF_OK;
 }
 
+/* This rank's own token (the same rank of the same world size)? Only its
+   skipped= is this rank's count of bad samples: each rank counts its own
+   batches' (an outside trial resumed rank 1 from rank 0's token: its
+   count went on from rank 0's 25, not its own 32, and cfg.bad_limit
+   stopped it 109 batches late). */
+static bool pf__token_own(const pf_config *c, const pf__token *t) {
+    return t->v[PF__K_WORLD] == c->world_size && t->v[PF__K_RANK] == c->rank;
+}
+
 /* A token's fields against the config: the run it continues must be this
    one (seed, batch size, shuffle, drop_last, mode, sizes in range). */
 static pf_result pf__check_token_config(const pf_config *c, const pf__token *t, char *why, size_t wn) {
     const uint64_t *v = t->v;
     uint32_t block = c->shuffle_block > 1 ? c->shuffle_block : 1, window = c->shuffle_block > 1 ? c->shuffle_window : 0;
-    if (c->bad_limit && t->skipped > c->bad_limit)
+    if (c->bad_limit && pf__token_own(c, t) && t->skipped > c->bad_limit)
         PF__RBAD("resume token has skipped=%llu bad samples already, more than cfg.bad_limit (%llu): the run it "
                  "continues would have stopped", (unsigned long long)t->skipped, (unsigned long long)c->bad_limit);
     if (v[PF__K_SHUFFLE] > 1 || v[PF__K_DROP] > 1 || v[PF__K_UNORD] > 1)
@@ -5706,7 +5729,8 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     rs->has_n = t.has_n;
     rs->nskip = 0;
     rs->skip_max = 0;
-    rs->skipped = t.skipped;
+    rs->skipped = pf__token_own(c, &t) ? t.skipped : 0;
+    rs->others_skipped = pf__token_own(c, &t) ? 0 : t.skipped;
     no_done = t.done[0] == '-' && (t.done[1] == '\0' || pf__token_space(t.done[1]));
     if (c->epochs && v[PF__K_EPOCH] == c->epochs && (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from))
         PF__RBAD("resume token is inside epoch %llu (batch=%llu), past the end of data at cfg.epochs = %u: a token "
@@ -5954,6 +5978,11 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     if (c.resume) { /* checked before anything is allocated; read again into the loader (pf__resume_at) */
         r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
         if (r != PF_OK) return r;
+        if (rs.others_skipped && c.bad_limit)
+            pf__log(&c, PF_LOG_WARN, "cfg.resume: the token is another rank's (or world size's): its skipped=%llu "
+                    "counts that rank's bad samples, not this one's, so cfg.bad_limit (%llu) counts this rank's "
+                    "from 0 here; to stop exactly where an uninterrupted run stops, resume each rank from its own "
+                    "token", (unsigned long long)rs.others_skipped, (unsigned long long)c.bad_limit);
     }
     if (c.backend == PF_BACKEND_HOST && c.stream) /* asked for the CPU: said, not refused */
         pf__log(&c, PF_LOG_WARN, "cfg.stream is set but cfg.backend is PF_BACKEND_HOST: batches are host memory "
@@ -6089,7 +6118,7 @@ PF_API void pf_get_stats(const pf_loader *cl, pf_stats *out) {
     out->backend = l->ops->backend;
     out->num_workers = l->cfg.num_workers;
     out->workers_active = l->at.active;
-    out->skipped = l->st.skipped;
+    out->skipped = l->ck.skipped; /* delivered (st.skipped counts at the take: on CUDA the stager's, ahead) */
     out->next_loads = l->st.next_loads;
     out->host_slots = l->ring.nalloc; /* with memory (autotune grows the ring) */
     out->device_slots = 0; /* the backend's part below */
@@ -6353,15 +6382,20 @@ static void pf__job_end(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {
 /* A batch with bad samples is taken, in batch order (lock held): count
    them; past cfg.bad_limit the batch fails instead. */
 static void pf__skip_account(pf_loader *l, pf__slot *s) {
-    l->st.skipped += s->b.sm.skipped;
-    if (l->cfg.bad_limit && l->st.skipped > l->cfg.bad_limit) {
+    uint64_t total = l->st.skipped + s->b.sm.skipped;
+    if (l->cfg.bad_limit && total > l->cfg.bad_limit) {
+        /* not delivered, so not counted: pf_stats.skipped stays the sum of
+           the delivered batches' b.skipped, as the token's skipped= is */
         char first[PF__MSG_SIZE];
         memcpy(first, s->msg, sizeof first);
         pf__format(s->msg, PF__MSG_SIZE, "epoch %llu batch %llu: %llu bad samples so far, more than cfg.bad_limit "
                    "(%llu); this batch's first: %s", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch,
-                   (unsigned long long)l->st.skipped, (unsigned long long)l->cfg.bad_limit, first);
+                   (unsigned long long)total, (unsigned long long)l->cfg.bad_limit, first);
         s->result = PF_ERR_LOAD;
+        if (!l->error.code) l->error.log_owed = true; /* its message becomes the error (pf__take_ready) */
+        return;
     }
+    l->st.skipped = total;
 }
 
 /* Unordered, with cfg.bad_limit (lock held): may the taker take s, a
@@ -6411,7 +6445,8 @@ PF_API void *pf_job_append(pf_job *job, size_t bytes) {
     at = w->used;
     if (w->appends + w->nskip >= job->count) {
         pf_job_fail(job, "pf_job_append: the batch has %u samples and all of them were already appended or "
-                    "skipped", (unsigned)job->count);
+                    "skipped (%u appended, %u skipped)%s", (unsigned)job->count, (unsigned)w->appends,
+                    (unsigned)w->nskip, w->nskip ? ": append only the samples pf_job_skip did not report" : "");
         w->refused = true;
         return NULL;
     }

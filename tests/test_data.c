@@ -338,6 +338,17 @@ static void p_check(const dsnap *d) {
 
 /* One epoch over n samples with spec p: every index once (skipped ones
    listed instead), the contents right; returns the final result. */
+/* what p_run's loader logged at PF_LOG_ERROR, from any thread */
+static pthread_mutex_t p_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int p_errors;
+static char p_error_text[512];
+static void p_log(void *user, int level, const char *msg) {
+    (void)user;
+    if (level != PF_LOG_ERROR) return;
+    pthread_mutex_lock(&p_log_mu);
+    if (!p_errors++) snprintf(p_error_text, sizeof p_error_text, "%s", msg);
+    pthread_mutex_unlock(&p_log_mu);
+}
 static pf_result p_run(const pspec *p, uint64_t n, uint32_t bs, uint64_t limit, ptally *t, pf_stats *st, char *err,
                        size_t errn) {
     tcons c;
@@ -354,6 +365,11 @@ static pf_result p_run(const pspec *p, uint64_t n, uint32_t bs, uint64_t limit, 
     cfg.bad_limit = limit;
     cfg.bad_marker = marker;
     cfg.bad_marker_bytes = p->fixed ? FIXED : 3;
+    cfg.log = p_log;
+    pthread_mutex_lock(&p_log_mu);
+    p_errors = 0;
+    p_error_text[0] = '\0';
+    pthread_mutex_unlock(&p_log_mu);
     memset(t, 0, sizeof *t);
     t->p = p;
     pthread_mutex_init(&t->mu, NULL);
@@ -466,6 +482,15 @@ static void test_bad_limit_is_deterministic(void) {
         CHECK_CONTAINS(err, "cfg.bad_limit (20)");
         CHECK_CONTAINS(err, "is corrupt");
         CHECK(t.skipped <= 20);
+        /* the stats count the delivered batches' bad samples, as the token
+           does: not the stopping batch's (an outside trial: 6 against 5) */
+        CHECK_EQ(st.skipped, t.skipped);
+        /* the failure is logged, once, at PF_LOG_ERROR, as a failed load is
+           (it was returned, never logged) */
+        pthread_mutex_lock(&p_log_mu);
+        CHECK_EQ(p_errors, 1);
+        CHECK_CONTAINS(p_error_text, "more than cfg.bad_limit (20)");
+        pthread_mutex_unlock(&p_log_mu);
         if (run == 0) first_samples = t.samples;
         CHECK_EQ(t.samples, first_samples);
         free(t.seen);
@@ -780,6 +805,12 @@ static int m_load(void *user, pf_job *job) {
         return 0;
     case 3: /* skip out of range */
         return pf_job_skip(job, job->count, "x");
+    case 4: /* a skipped sample appended too (an outside trial: the message did not say so) */
+        for (uint32_t i = 0; i < job->count; i++) {
+            if (i == 1) pf_job_skip(job, i, "x");
+            pf_job_append(job, 1);
+        }
+        return 0;
     default: /* append past count: returns NULL, load says ok anyway */
         for (uint32_t i = 0; i <= job->count; i++) pf_job_append(job, 1);
         return 0;
@@ -788,8 +819,9 @@ static int m_load(void *user, pf_job *job) {
 static void test_misuse_is_a_clear_load_error(void) {
     static const char *const want[] = {"does not fit", "appended 3 samples and skipped 0, for a batch of 4",
                                        "PF_BAD_SKIP drops samples from packed batches", "out of range",
-                                       "already appended or skipped"};
-    for (bad_mode = 0; bad_mode < 5; bad_mode++) {
+                                       "(3 appended, 1 skipped): append only the samples pf_job_skip did not report",
+                                       "already appended or skipped (4 appended, 0 skipped)"};
+    for (bad_mode = 0; bad_mode < 6; bad_mode++) {
         tcons c;
         pf_batch b;
         pf_config cfg = t_config_base(40, 4, 64, 1);
@@ -861,6 +893,61 @@ static void cap_begin(logcap *c, pf_config *cfg) {
     cfg->log_user = c;
 }
 static void cap_end(logcap *c) { pthread_mutex_destroy(&c->mu); }
+
+/* A token's skipped= is its own rank's count: another rank resuming from
+   it counts its own from 0, says so when cfg.bad_limit is set, and is not
+   refused for the other rank's count (an outside trial: rank 1 went on
+   from rank 0's 25, not its own 32, and its limit stopped it 109 batches
+   late) */
+static void test_bad_limit_another_ranks_token(void) {
+    pspec p = {PF_BAD_SKIP, 7, 2, false};
+    char token[512];
+    uint64_t own = 0, got = 0;
+    unsigned long long theirs = 0;
+    tcons c;
+    logcap cap;
+    pf_stats st;
+    pf_config cfg = sk_config(&p);
+    cfg.world_size = 2;
+    cfg.rank = 0;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (int i = 0; i < 12; i++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    CHECK_EQ(pf_checkpoint(c.l, token, sizeof token), PF_OK);
+    t_end(&c);
+    CHECKF(strstr(token, " skipped=") && sscanf(strstr(token, " skipped="), " skipped=%llu", &theirs) == 1 && theirs > 1,
+           "%s", token);
+    cfg = sk_config(&p); /* afresh: t_create set the first run's stream in it */
+    cfg.world_size = 2;
+    cfg.rank = 1;
+    cfg.resume = token;
+    cfg.bad_limit = theirs - 1; /* rank 0's count is past it: not this rank's, so not refused */
+    cap_begin(&cap, &cfg);
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    pthread_mutex_lock(&cap.mu);
+    CHECK_CONTAINS(cap.text, "the token is another rank's");
+    CHECK_CONTAINS(cap.text, "resume each rank from its own token");
+    pthread_mutex_unlock(&cap.mu);
+    pf_get_stats(c.l, &st);
+    CHECK_EQ(st.skipped, 0); /* this rank's count, from 0 */
+    for (int i = 0; i < 6; i++) {
+        pf_batch b;
+        pf_result r = pf_next(c.l, &b);
+        if (r != PF_OK) break; /* this rank's own count may pass the small limit: that is its own verdict */
+        own += b.skipped;
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    }
+    pf_get_stats(c.l, &st);
+    got = st.skipped;
+    CHECK_EQ(got, own);
+    t_end(&c);
+    cap_end(&cap);
+}
 
 /* ---- records: file f, record r holds bytes rec_byte(f, r, k) ---- */
 #define RB 24u
@@ -2530,6 +2617,7 @@ static const h_test tests[] = {
     {"bad_limit_resumes_where_it_stopped", test_bad_limit_resumes_where_it_stopped},
     {"bad_limit_and_skipped_token_misuse", test_bad_limit_and_skipped_token_misuse},
     {"bad_limit_unordered_is_in_batch_order", test_bad_limit_unordered_is_in_batch_order},
+    {"bad_limit_another_ranks_token", test_bad_limit_another_ranks_token},
     {"misuse_is_a_clear_load_error", test_misuse_is_a_clear_load_error},
     {"records_raw_in_order", test_records_raw_in_order},
     {"records_raw_shuffled", test_records_raw_shuffled},
