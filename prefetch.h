@@ -1515,6 +1515,7 @@ typedef struct pf__claimer {
     pf__plan *plans;
     uint32_t plan_cap, plan_head, plan_count;
     uint64_t epoch, batch, nbatches, next_seq;
+    uint64_t plans_made;  /* epochs planned (or failed to plan) so far */
     bool planned, planning, done;
 } pf__claimer;
 
@@ -2288,6 +2289,7 @@ static void pf__plan_next(pf_loader *l) {
         n = l->cfg.num_samples;
     }
     l->claim.planning = false;
+    l->claim.plans_made++;
     pf__wake_all_workers(l);
     if (n == PF__PLAN_FAILED && pf__plan_why[0]) { /* a reader could not size it: due as below */
         pf__set_error(l, PF_ERR_LOAD, PF__BY_PLANNING, false, e, 0, "%s", pf__plan_why);
@@ -3851,8 +3853,8 @@ static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
    instead of sleeping until a worker wakes it; the workers load beside
    it. Never with the caller's worker_init or worker_stop (their state
    belongs to worker threads). The time counts as waiting for input: the
-   consumer was not stepping. true: a batch was loaded (take again);
-   false: nothing to claim now, wait. Lock held on entry and return,
+   consumer was not stepping. true: a batch was loaded, or an epoch
+   planned (take again); false: nothing to claim now, wait. Lock held on entry and return,
    dropped around the load.
    Loads under PF__RUN_LOAD_NS come in runs, as a worker's do
    (pf__run_len: its share of the free slots, up to PF__RUN_MAX): one
@@ -3880,12 +3882,15 @@ static bool pf__load_inline(pf_loader *l) {
        PF__INLINE_UNTIMED_NS, except the few before a timed one sees loads
        turn dear. */
     uint64_t est = l->at.inline_n % PF__INLINE_TIMED && l->at.inline_est < PF__INLINE_UNTIMED_NS ? l->at.inline_est : 0;
-    uint64_t now, t0, end, span, per;
+    uint64_t now, t0, end, span, per, plans = l->claim.plans_made;
     if (l->at.inline_busy) return false;
     want = pf__run_len(l, l->at.inline_est, true);
     if (want > 1) est = 0; /* a run is timed as a whole */
     now = t0 = est ? l->st.last_ns : pf__now_ns();
-    if (pf__claim(l, w, now, &run[0]) != PF__CLAIM_OK) return false;
+    /* a claim that planned an epoch woke the taker, this very caller, and
+       dropped the lock to do it: take again, or that wake is lost (an
+       outside trial: an empty last epoch, planned here, hung pf_next) */
+    if (pf__claim(l, w, now, &run[0]) != PF__CLAIM_OK) return l->claim.plans_made != plans;
     while (nrun < want && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK) nrun++;
     l->st.runs += nrun > 1;
     l->at.inline_busy = true; /* one record: one loading caller at a time */

@@ -427,6 +427,36 @@ static void test_growing_dataset_asks_once_per_epoch(void) {
     t_close(&t, &c, &r);
 }
 
+/* An empty epoch at the end (or in the middle) ends once, whoever plans
+   it: pf_next, loading beside the workers, may be the one that plans it
+   and so wakes itself (an outside trial: 2 workers, 2 slots, an empty
+   last epoch, and pf_next slept for ever after the first epoch's end) */
+static void test_empty_epoch_planned_by_pf_next_ends(void) {
+    static const uint64_t shapes[2][3] = {{50, 0, 0}, {50, 0, 30}};
+    for (int shape = 0; shape < 2; shape++)
+        for (uint32_t workers = 1; workers <= 3; workers++)
+            for (uint32_t slots = 2; slots <= 4; slots++)
+                for (int rep = 0; rep < 8; rep++) {
+                    tload t;
+                    tcons c;
+                    trun r;
+                    pf_config cfg;
+                    uint32_t epochs = shape ? 3 : 2;
+                    t_open(&t, &c, &r);
+                    for (uint32_t e = 0; e < epochs; e++) t.sizes[e] = shapes[shape][e];
+                    cfg = t_config(&t, 0, 4, epochs);
+                    cfg.num_samples_fn = t_num_samples;
+                    cfg.num_workers = workers;
+                    cfg.host_slots = slots;
+                    cfg.timeout_ms = 0; /* pf_next loads only without one; the harness's watchdog bounds a hang */
+                    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+                    CHECK_EQ(t_drain(&c, &r, 1000), PF_END_OF_DATA);
+                    CHECK_EQ(r.n, shape ? 13u + 8u : 13u);
+                    CHECK_EQ(r.eoe, epochs);
+                    t_close(&t, &c, &r);
+                }
+}
+
 static void test_until_destroyed_when_epochs_is_zero(void) {
     tload t;
     tcons c;
@@ -1357,6 +1387,7 @@ static const h_test tests[] = {
     {"pf_next_loads_dear_batches_only_when_not_late", test_late_help},
     {"cpu_count_follows_the_affinity_mask", test_cpu_count_follows_the_affinity_mask},
     {"empty_failure_message_is_not_misreported", test_empty_failure_message_is_not_misreported},
+    {"empty_epoch_planned_by_pf_next_ends", test_empty_epoch_planned_by_pf_next_ends},
     {"size_check_counts_the_backends_slots", test_size_check_counts_the_backends_slots},
     {"bookkeeping_product_overflow_is_caught", test_bookkeeping_product_overflow_is_caught},
     {"perm_small_sizes", test_perm_small_sizes},
