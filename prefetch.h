@@ -1528,7 +1528,8 @@ typedef struct pf__taker {
 /* (>>consumer) what pf_next has handed out */
 typedef struct pf__consumer {
     uint32_t held;
-    uint64_t ticket;
+    uint64_t ticket;       /* the last batch's; counts up from ticket0     */
+    uint64_t ticket0;      /* this loader's own start (pf__ticket_start)   */
     uint64_t epoch, nbatches;
     uint64_t batch;        /* batches of epoch delivered so far (unordered:
                               not the last one's index + 1)                  */
@@ -3718,6 +3719,9 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
         return pf__fail(l, PF_ERR_INVALID_ARG, "%s: this batch is not from this loader's pf_next", fn);
     if (b->pf__ticket == 0)
         return pf__fail(l, PF_ERR_INVALID_STATE, "%s: this batch was already released", fn);
+    if (b->pf__ticket <= l->cons.ticket0 || b->pf__ticket > l->cons.ticket) /* never given out here */
+        return pf__fail(l, PF_ERR_INVALID_ARG, "%s: this batch is not from this loader's pf_next (a pf_batch kept "
+                        "from a destroyed loader, or a damaged one)", fn);
     if (b->pf__slot >= nslots)
         return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (slot %u of %u)", fn,
                         (unsigned)b->pf__slot, (unsigned)nslots);
@@ -5794,6 +5798,19 @@ static void pf__teardown(pf_loader *l) {
 
 /* rs0: the token pf_create read (its done list counted, not stored), or
    NULL; it sizes the done set and the skip list. */
+/* Where a loader's tickets start: its own range, not 1. A pf_batch kept
+   past pf_destroy named a slot and a ticket that a new loader, created at
+   the same address (malloc reuses it), was giving out too: pf_release
+   took it for one of the new loader's held batches and freed that slot
+   under its holder (an outside trial). A start mixed from the clock and
+   the address puts two loaders' tickets 2^40 apart but for a 2^-21
+   chance, and stays below 2^62, so 2^40 batches never wrap to 0
+   ("released"). */
+static uint64_t pf__ticket_start(const pf_loader *l) {
+    uint64_t z = pf__mix(pf__now_ns() ^ (uint64_t)(uintptr_t)l);
+    return ((UINT64_C(1) << 61) | (z >> 3)) & ~((UINT64_C(1) << 40) - 1);
+}
+
 static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__backend_ops *ops, pf_loader **out,
                            char *why, size_t n) {
     pf__layout lay = {0, false};
@@ -5849,6 +5866,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l = (pf_loader *)base;
     l->cfg = *c;
     l->ops = ops;
+    l->cons.ticket = l->cons.ticket0 = pf__ticket_start(l);
     l->stride = stride;
     l->ring.nslots = nslots;
     l->sync.fail_seq = UINT64_MAX;

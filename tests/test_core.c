@@ -860,6 +860,44 @@ static void test_double_and_foreign_release_are_errors(void) {
     t_load_free(&t);
 }
 
+/* A pf_batch kept past pf_destroy, released on a new loader that malloc
+   put at the same address (simulated: its owner field set to the new
+   loader): refused, and the new loader's own held batch stays its
+   holder's (an outside trial: the old code took it for that batch, freed
+   the slot and refilled it under its holder). Both loaders' first batch
+   is batch 0 in the same slot with the same ticket there. */
+static void test_a_destroyed_loaders_batch_is_refused(void) {
+    tload t;
+    tcons c, c2;
+    pf_config cfg;
+    pf_batch old, cur, next;
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 100, 4, 1);
+    cfg.num_workers = 1;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(pf_next(c.l, &old), PF_OK); /* held through the destroy */
+    pf_destroy(c.l);
+    c2 = c;
+    cfg = t_config(&t, 100, 4, 1);
+    cfg.num_workers = 1;
+    CHECK_EQ(t_create(&c2, &cfg), PF_OK);
+    CHECK_EQ(pf_next(c2.l, &cur), PF_OK);
+    CHECK_EQ(cur.batch, old.batch);
+    old.pf__owner = c2.l; /* as if at the same address */
+    CHECK_EQ(pf_release(c2.l, &old), PF_ERR_INVALID_ARG);
+    CHECK_CONTAINS(pf_error(c2.l), "not from this loader's pf_next (a pf_batch kept from a destroyed loader");
+    CHECK_EQ(pf_batch_wait(c2.l, &old), PF_ERR_INVALID_ARG);
+    CHECK_EQ(pf_batch_wait(c2.l, &cur), PF_OK); /* still held, still its holder's */
+    CHECK_EQ(pf_next(c2.l, &next), PF_OK);
+    CHECK_EQ(next.batch, 1);
+    CHECK_EQ(pf_release(c2.l, &cur), PF_OK);
+    CHECK_EQ(pf_release(c2.l, &next), PF_OK);
+    c.l = c2.l;
+    t_end(&c);
+    t_load_free(&t);
+}
+
 /* ---- destroy at any moment ---- */
 
 static void test_destroy_at_random_points(void) {
@@ -1412,6 +1450,7 @@ static const h_test tests[] = {
     {"timeout_when_no_worker_started", test_timeout_when_no_worker_started},
     {"holding_every_slot_is_invalid_state", test_holding_every_slot_is_invalid_state},
     {"double_and_foreign_release", test_double_and_foreign_release_are_errors},
+    {"a_destroyed_loaders_batch_is_refused", test_a_destroyed_loaders_batch_is_refused},
     {"destroy_at_random_points", test_destroy_at_random_points},
     {"stats_count_and_verdict", test_stats_count_and_verdict},
     {"verdict_from_numbers", test_verdict_from_numbers},
