@@ -4568,10 +4568,19 @@ static void pf__cuda_destroy(pf_loader *l) {
     uint32_t d;
     /* a pending error of the caller's is theirs to read: clear only ours */
     cudaError_t theirs = cudaPeekAtLastError(), e = pf__cuda_enter(l, &sv);
+    bool copied = !cu->copy, drained = !l->st.batches;
     (void)e; /* even without the device, free what we can */
-    if (cu->copy) (void)cudaStreamSynchronize(cu->copy);
-    if (cu->drain && l->st.batches && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
-        (void)cudaEventSynchronize(cu->drain);
+    if (cu->copy) copied = cudaStreamSynchronize(cu->copy) == cudaSuccess;
+    if (!drained && cu->drain && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
+        drained = cudaEventSynchronize(cu->drain) == cudaSuccess;
+    /* A wait that failed proves nothing about the work it waited for: the
+       next way to wait, before the blocks go (an outside trial, a
+       cudaEventSynchronize that kept failing: cudaFree raced a kernel of
+       the caller's still reading a held batch). After a device fault
+       every one of them answers the sticky error at once, and nothing
+       runs any more. */
+    if (!drained) drained = cudaStreamSynchronize(cu->consumer) == cudaSuccess; /* NULL: the default stream */
+    if (!drained || !copied) (void)cudaDeviceSynchronize();
     for (d = 0; d < l->cfg.device_slots; d++) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
         if (cu->released && cu->released[d]) (void)cudaEventDestroy(cu->released[d]);

@@ -2226,6 +2226,32 @@ static void test_every_create_call_can_fail_cleanly(void) {
     t_load_free(&t);
 }
 
+/* pf_destroy with a batch held under a running kernel, and every
+   cudaEventSynchronize failing (not a device fault: the context lives):
+   it waits for the caller's stream another way before the device block
+   goes (an outside trial: cudaFree raced the kernel's reads) */
+static void d_noop(void *arg) { (void)arg; }
+static void test_destroy_waits_when_event_sync_fails(void) {
+    tload t;
+    tcons c;
+    pf_config cfg;
+    pf_batch b;
+    char msg[768];
+    t_load_init(&t);
+    t_begin(&c, h_seed);
+    cfg = t_config(&t, 100, 4, 1);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(pf_next(c.l, &b), PF_OK);
+    CHECK(cudaSimLaunchKernelFor(c.stream, 100000, d_noop, NULL, b.data, b.bytes) == cudaSuccess); /* 100 ms */
+    cudaSimFailNth("cudaEventSynchronize", 1, cudaErrorInvalidResourceHandle, 1); /* this one and every later one */
+    pf_destroy(c.l);
+    c.l = NULL;
+    cudaSimClearFaults();
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+    t_end(&c);
+    t_load_free(&t);
+}
+
 /* Any one cudaSetDevice of a run failing, a worker's included (a load
    that calls CUDA would run on another GPU; it was a warning, and the run
    went on), ends in PF_ERR_CUDA naming the call: from pf_create when it
@@ -2417,6 +2443,7 @@ static const h_test tests[] = {
     {"runtime_cuda_failures_surface", test_runtime_cuda_failures_surface_from_pf_next},
     {"no_token_after_a_lost_batch", test_no_token_after_a_batch_lost_to_a_cuda_error},
     {"every_create_call_can_fail_cleanly", test_every_create_call_can_fail_cleanly},
+    {"destroy_waits_when_event_sync_fails", test_destroy_waits_when_event_sync_fails},
     {"a_thread_that_cannot_set_its_device_stops_the_run", test_a_thread_that_cannot_set_its_device_stops_the_run},
     {"many_seeds_no_race_no_wrong_batch", test_many_seeds_no_race_no_wrong_batch},
 };
