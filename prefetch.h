@@ -3858,8 +3858,8 @@ static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
    it. Never with the caller's worker_init or worker_stop (their state
    belongs to worker threads). The time counts as waiting for input: the
    consumer was not stepping. true: a batch was loaded, or an epoch
-   planned (take again); false: nothing to claim now, wait. Lock held on entry and return,
-   dropped around the load.
+   planned (take again); false: nothing to claim now, wait. Lock held on
+   entry and return, dropped around the load.
    Loads under PF__RUN_LOAD_NS come in runs, as a worker's do
    (pf__run_len: its share of the free slots, up to PF__RUN_MAX): one
    claim and one publish under the lock for the run. With
@@ -5805,8 +5805,6 @@ static void pf__teardown(pf_loader *l) {
     a.free_fn(l, a.user_data);
 }
 
-/* rs0: the token pf_create read (its done list counted, not stored), or
-   NULL; it sizes the done set and the skip list. */
 /* Where a loader's tickets start: its own range, not 1. A pf_batch kept
    past pf_destroy named a slot and a ticket that a new loader, created at
    the same address (malloc reuses it), was giving out too: pf_release
@@ -5820,6 +5818,8 @@ static uint64_t pf__ticket_start(const pf_loader *l) {
     return ((UINT64_C(1) << 61) | (z >> 3)) & ~((UINT64_C(1) << 40) - 1);
 }
 
+/* rs0: the token pf_create read (its done list counted, not stored), or
+   NULL; it sizes the done set and the skip list. */
 static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__backend_ops *ops, pf_loader **out,
                            char *why, size_t n) {
     pf__layout lay = {0, false};
