@@ -3725,9 +3725,15 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
     if (b->pf__slot >= nslots)
         return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (slot %u of %u)", fn,
                         (unsigned)b->pf__slot, (unsigned)nslots);
-    if (ticket_of(l, b->pf__slot) != b->pf__ticket)
+    if (ticket_of(l, b->pf__slot) != b->pf__ticket) {
+        uint64_t held = ticket_of(l, b->pf__slot);
+        if (held && held < b->pf__ticket) /* a slot's batch is never older than a copy of one it held */
+            return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (its ticket is newer than its slot's: a "
+                            "damaged pf_batch; epoch %llu batch %llu is still held)", fn,
+                            (unsigned long long)b->epoch, (unsigned long long)b->batch);
         return pf__fail(l, PF_ERR_INVALID_STATE, "%s: epoch %llu batch %llu was already released", fn,
                         (unsigned long long)b->epoch, (unsigned long long)b->batch);
+    }
     return PF_OK;
 }
 

@@ -854,6 +854,19 @@ static void test_double_and_foreign_release_are_errors(void) {
     CHECK_EQ(pf_release(c.l, NULL), PF_ERR_INVALID_ARG);
     CHECK_EQ(t_next(&c, &b), PF_OK); /* the loader is unharmed */
     CHECK_EQ(b.batch, 1);
+    {
+        /* a damaged ticket (another held batch's) on a batch still held:
+           named as damage, not "already released" (an outside trial), and
+           the batch stays releasable */
+        pf_batch b2, bad;
+        CHECK_EQ(t_next(&c, &b2), PF_OK);
+        bad = b;
+        bad.pf__ticket = b2.pf__ticket > b.pf__ticket ? b2.pf__ticket : b.pf__ticket + 1;
+        CHECK_EQ(pf_release(c.l, &bad), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(c.l), "the batch is corrupt (its ticket is newer than its slot's");
+        CHECK_CONTAINS(pf_error(c.l), "epoch 0 batch 1 is still held");
+        t_release(&c, &b2);
+    }
     t_release(&c, &b);
     pf_destroy(c2.l);
     t_end(&c);
