@@ -1371,8 +1371,8 @@ typedef struct pf__resume {
     uint64_t skip_max;       /* the largest of them (nskip > 0)          */
     uint64_t skipped;        /* bad samples in the batches delivered before
                                 (skipped=, 0 when absent), this rank's   */
-    uint64_t others_skipped; /* skipped= of another rank's (or world
-                                size's) token: not this rank's count     */
+    bool others;             /* another rank's (or world size's) token  */
+    uint64_t others_skipped; /* its skipped=: not this rank's count      */
 } pf__resume;
 
 /* The roles a thread waits in (see >>waiting). */
@@ -4558,6 +4558,31 @@ done:
     return r;
 }
 
+/* The errors after which, in NVIDIA's words, "This leaves the process in
+   an inconsistent state and any further CUDA work will return the same
+   error. To continue using CUDA, the process must be terminated and
+   relaunched." (CUDA Runtime API, enum cudaError: 700 illegal address,
+   702 launch timeout, 714-719 the other exceptions in a kernel, 911 an
+   external device's); and 710, an assert in device code: "The device
+   cannot be used again. All existing allocations are invalid." Numbers,
+   not names: every toolkit this header builds against knows them by
+   number. After one of them no work of the context runs any more. */
+static bool pf__cuda_dead(cudaError_t e) {
+    int c = (int)e;
+    return c == 700 || c == 702 || c == 710 || (c >= 714 && c <= 719) || c == 911;
+}
+/* Wait for stream s's work; a wait that failed proves nothing about the
+   work it waited for, so the device's next (an outside trial: a
+   cudaEventSynchronize that kept failing, and cudaFree raced a kernel of
+   the caller's still reading a held batch). true: one of them succeeded;
+   else *last is the error. */
+static bool pf__cuda_drain_stream(cudaStream_t s, cudaError_t *last) {
+    cudaError_t e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) *last = e;
+    return e == cudaSuccess;
+}
+
 /* After the threads are joined. Nothing here may wait for ever: after a
    device fault every sync answers the sticky error at once.
    1. Drain the copy stream: its copies read the pinned block, and
@@ -4567,26 +4592,30 @@ done:
       then passed every release and every kernel the caller queued on a
       batch it still holds, so the device block is free to go. This is why
       destroy with batches held is fine on both backends.
+   A wait that fails is followed by the next way (pf__cuda_drain_stream); if
+   none succeeds on a context that still runs, the blocks are left
+   allocated, with a warning, rather than freed under work that may use
+   them.
    3. Destroy the events and the stream, free both blocks. */
 static void pf__cuda_destroy(pf_loader *l) {
     pf__cuda *cu = l->cu;
     pf__ctx_saved sv;
     uint32_t d;
     /* a pending error of the caller's is theirs to read: clear only ours */
-    cudaError_t theirs = cudaPeekAtLastError(), e = pf__cuda_enter(l, &sv);
-    bool copied = !cu->copy, drained = !l->st.batches;
+    cudaError_t theirs = cudaPeekAtLastError(), e = pf__cuda_enter(l, &sv), last = cudaSuccess;
+    bool copied = !cu->copy || pf__cuda_drain_stream(cu->copy, &last), drained = !l->st.batches, keep;
     (void)e; /* even without the device, free what we can */
-    if (cu->copy) copied = cudaStreamSynchronize(cu->copy) == cudaSuccess;
     if (!drained && cu->drain && cudaEventRecord(cu->drain, cu->consumer) == cudaSuccess)
         drained = cudaEventSynchronize(cu->drain) == cudaSuccess;
-    /* A wait that failed proves nothing about the work it waited for: the
-       next way to wait, before the blocks go (an outside trial, a
-       cudaEventSynchronize that kept failing: cudaFree raced a kernel of
-       the caller's still reading a held batch). After a device fault
-       every one of them answers the sticky error at once, and nothing
-       runs any more. */
-    if (!drained) drained = cudaStreamSynchronize(cu->consumer) == cudaSuccess; /* NULL: the default stream */
-    if (!drained || !copied) (void)cudaDeviceSynchronize();
+    if (!drained) drained = pf__cuda_drain_stream(cu->consumer, &last); /* NULL: the default stream */
+    /* no wait succeeded on a context that still runs: what the blocks
+       hold may still be read, so they stay (a leak, said), not freed
+       under it; after a device fault nothing runs any more */
+    keep = (!copied || !drained) && !pf__cuda_dead(last);
+    if (keep)
+        pf__log(&l->cfg, PF_LOG_WARN, "pf_destroy: could not wait for the GPU to finish with the loader's memory "
+                "(%s: %s): its pinned and device blocks are left allocated, not freed under work that may still "
+                "use them", copied ? "the consumer stream" : "the copy stream", cudaGetErrorString(last));
     for (d = 0; d < l->cfg.device_slots; d++) {
         if (cu->copied && cu->copied[d]) (void)cudaEventDestroy(cu->copied[d]);
         if (cu->released && cu->released[d]) (void)cudaEventDestroy(cu->released[d]);
@@ -4599,9 +4628,9 @@ static void pf__cuda_destroy(pf_loader *l) {
     }
     if (cu->drain) (void)cudaEventDestroy(cu->drain);
     if (cu->copy) (void)cudaStreamDestroy(cu->copy);
-    if (cu->dev) (void)cudaFree(cu->dev);
-    if (cu->pinned) (void)cudaFreeHost(cu->pinned);
-    for (d = 0; d < l->ring.ngrown; d++) (void)cudaFreeHost(l->ring.grown[d]); /* autotune's growth (>>autotune) */
+    if (cu->dev && !keep) (void)cudaFree(cu->dev);
+    if (cu->pinned && !keep) (void)cudaFreeHost(cu->pinned);
+    for (d = 0; d < l->ring.ngrown && !keep; d++) (void)cudaFreeHost(l->ring.grown[d]); /* autotune's growth */
     if (cudaPeekAtLastError() != theirs) (void)cudaGetLastError(); /* one of the calls above failed */
     pf__cuda_leave(l, &sv);
     pf__cuda_ctx_release(cu);
@@ -5753,8 +5782,9 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     rs->has_n = t.has_n;
     rs->nskip = 0;
     rs->skip_max = 0;
-    rs->skipped = pf__token_own(c, &t) ? t.skipped : 0;
-    rs->others_skipped = pf__token_own(c, &t) ? 0 : t.skipped;
+    rs->others = !pf__token_own(c, &t);
+    rs->skipped = rs->others ? 0 : t.skipped;
+    rs->others_skipped = rs->others ? t.skipped : 0;
     no_done = t.done[0] == '-' && (t.done[1] == '\0' || pf__token_space(t.done[1]));
     if (c->epochs && v[PF__K_EPOCH] == c->epochs && (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from))
         PF__RBAD("resume token is inside epoch %llu (batch=%llu), past the end of data at cfg.epochs = %u: a token "
@@ -6016,7 +6046,9 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     if (c.resume) { /* checked before anything is allocated; read again into the loader (pf__resume_at) */
         r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
         if (r != PF_OK) return r;
-        if (rs.others_skipped && c.bad_limit)
+        /* whatever the token's count, 0 included: this rank's is not in it
+           (an outside trial: rank 0 had skipped none, rank 1 twelve) */
+        if (rs.others && c.bad_limit)
             pf__log(&c, PF_LOG_WARN, "cfg.resume: the token is another rank's (or world size's): its skipped=%llu "
                     "counts that rank's bad samples, not this one's, so cfg.bad_limit (%llu) counts this rank's "
                     "from 0 here; to stop exactly where an uninterrupted run stops, resume each rank from its own "

@@ -947,6 +947,29 @@ static void test_bad_limit_another_ranks_token(void) {
     CHECK_EQ(got, own);
     t_end(&c);
     cap_end(&cap);
+    /* a token with no skipped= (rank 0 had skipped none) warns too: this
+       rank's count is not in it either (an outside trial: no warning, and
+       the limit stopped rank 1 10 batches late) */
+    cfg = sk_config(&p);
+    cfg.world_size = 2;
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    CHECK_EQ(pf_checkpoint(c.l, token, sizeof token), PF_OK); /* before any batch */
+    t_end(&c);
+    CHECKF(strstr(token, "skipped=") == NULL, "%s", token);
+    cfg = sk_config(&p);
+    cfg.world_size = 2;
+    cfg.rank = 1;
+    cfg.resume = token;
+    cfg.bad_limit = 5;
+    cap_begin(&cap, &cfg);
+    t_begin(&c, h_seed);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    pthread_mutex_lock(&cap.mu);
+    CHECK_CONTAINS(cap.text, "the token is another rank's (or world size's): its skipped=0");
+    pthread_mutex_unlock(&cap.mu);
+    t_end(&c);
+    cap_end(&cap);
 }
 
 /* ---- records: file f, record r holds bytes rec_byte(f, r, k) ---- */
