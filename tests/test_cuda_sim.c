@@ -2226,36 +2226,12 @@ static void test_every_create_call_can_fail_cleanly(void) {
     t_load_free(&t);
 }
 
-/* pf_destroy with a batch held under a running kernel, and every
-   cudaEventSynchronize failing (not a device fault: the context lives):
-   it waits for the caller's stream another way before the device block
-   goes (an outside trial: cudaFree raced the kernel's reads) */
+/* pf_destroy with a batch held under a 100 ms kernel, the calls named
+   failing with err from now on (not a device fault: the context lives).
+   Returns with the faults cleared, the kernel's reads checked against
+   every free (no simulator violation), the stream synchronised; *kept:
+   the warnings that the blocks were left allocated. */
 static void d_noop(void *arg) { (void)arg; }
-static void test_destroy_waits_when_event_sync_fails(void) {
-    tload t;
-    tcons c;
-    pf_config cfg;
-    pf_batch b;
-    char msg[768];
-    t_load_init(&t);
-    t_begin(&c, h_seed);
-    cfg = t_config(&t, 100, 4, 1);
-    CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    CHECK_EQ(pf_next(c.l, &b), PF_OK);
-    CHECK(cudaSimLaunchKernelFor(c.stream, 100000, d_noop, NULL, b.data, b.bytes) == cudaSuccess); /* 100 ms */
-    cudaSimFailNth("cudaEventSynchronize", 1, cudaErrorInvalidResourceHandle, 1); /* this one and every later one */
-    pf_destroy(c.l);
-    c.l = NULL;
-    cudaSimClearFaults();
-    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
-    t_end(&c);
-    t_load_free(&t);
-}
-
-/* Every wait failing on a context that still runs (not a device fault):
-   the blocks stay allocated, said in a warning, rather than freed under
-   the kernel (an outside trial: cudaEventRecord, cudaStreamSynchronize
-   and cudaDeviceSynchronize all failing, and cudaFree raced it) */
 static int d_kept_warnings;
 static void d_log(void *user, int level, const char *msg) {
     (void)user;
@@ -2263,28 +2239,53 @@ static void d_log(void *user, int level, const char *msg) {
         strstr(msg, "left allocated"))
         __atomic_add_fetch(&d_kept_warnings, 1, __ATOMIC_RELAXED);
 }
+static void d_destroy_under_a_kernel(tcons *c, tload *t, const char *const *fns, size_t nfns, cudaError_t err,
+                                     int *kept) {
+    pf_config cfg;
+    pf_batch b;
+    char msg[768];
+    t_load_init(t);
+    t_begin(c, h_seed);
+    cfg = t_config(t, 100, 4, 1);
+    cfg.log = d_log;
+    __atomic_store_n(&d_kept_warnings, 0, __ATOMIC_RELAXED);
+    CHECK_EQ(t_create(c, &cfg), PF_OK);
+    CHECK_EQ(pf_next(c->l, &b), PF_OK);
+    CHECK(cudaSimLaunchKernelFor(c->stream, 100000, d_noop, NULL, b.data, b.bytes) == cudaSuccess);
+    for (size_t i = 0; i < nfns; i++) cudaSimFailNth(fns[i], 1, err, 1); /* this call and every later one */
+    pf_destroy(c->l);
+    c->l = NULL;
+    cudaSimClearFaults();
+    CHECK(cudaStreamSynchronize(c->stream) == cudaSuccess); /* the kernel ends: then nothing reads them */
+    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
+    *kept = __atomic_load_n(&d_kept_warnings, __ATOMIC_RELAXED);
+}
+
+/* every cudaEventSynchronize failing: it waits for the caller's stream
+   another way before the device block goes (an outside trial: cudaFree
+   raced the kernel's reads) */
+static void test_destroy_waits_when_event_sync_fails(void) {
+    static const char *const fns[] = {"cudaEventSynchronize"};
+    tload t;
+    tcons c;
+    int kept;
+    d_destroy_under_a_kernel(&c, &t, fns, 1, cudaErrorInvalidResourceHandle, &kept);
+    CHECK_EQ(kept, 0);
+    t_end(&c); /* and everything was freed */
+    t_load_free(&t);
+}
+
+/* every wait failing: the blocks stay allocated, said in a warning,
+   rather than freed under the kernel (an outside trial: cudaEventRecord,
+   cudaStreamSynchronize and cudaDeviceSynchronize all failing, and
+   cudaFree raced it) */
 static void test_destroy_keeps_the_blocks_when_no_wait_succeeds(void) {
     static const char *const fns[] = {"cudaEventRecord", "cudaStreamSynchronize", "cudaDeviceSynchronize"};
     tload t;
     tcons c;
-    pf_config cfg;
-    pf_batch b;
-    char msg[768];
-    t_load_init(&t);
-    t_begin(&c, h_seed);
-    cfg = t_config(&t, 100, 4, 1);
-    cfg.log = d_log;
-    __atomic_store_n(&d_kept_warnings, 0, __ATOMIC_RELAXED);
-    CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    CHECK_EQ(pf_next(c.l, &b), PF_OK);
-    CHECK(cudaSimLaunchKernelFor(c.stream, 100000, d_noop, NULL, b.data, b.bytes) == cudaSuccess); /* 100 ms */
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) cudaSimFailNth(fns[i], 1, cudaErrorUnknown, 1);
-    pf_destroy(c.l);
-    c.l = NULL;
-    cudaSimClearFaults();
-    CHECK(cudaStreamSynchronize(c.stream) == cudaSuccess); /* the kernel ends: then nothing reads them */
-    CHECKF(cudaSimViolations(msg, sizeof msg) == 0, "%s", msg);
-    CHECK_EQ(__atomic_load_n(&d_kept_warnings, __ATOMIC_RELAXED), 1);
+    int kept;
+    d_destroy_under_a_kernel(&c, &t, fns, 3, cudaErrorUnknown, &kept);
+    CHECK_EQ(kept, 1);
     CHECK(cudaSimBytesLive() > 0); /* kept */
     CHECK(cudaStreamDestroy(c.stream) == cudaSuccess);
     cudaSimReset(h_seed, 0, 1); /* drops what was kept */
