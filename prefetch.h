@@ -5385,7 +5385,9 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg) {
         long long rank = pf__env_number(env[i].rank, &tr), size = pf__env_number(env[i].size, &ts);
         long long local = pf__env_number(env[i].local, &tl);
         if (rank == -1 && size == -1) continue; /* not this launcher */
-        if (rank == -2) PF__ENV_BAD("%s=\"%s\" (%s) is not a rank: expected a number", env[i].rank, tr, env[i].launcher);
+        if (rank == -2)
+            PF__ENV_BAD("%s=\"%s\" (%s) is not a rank: expected a number from 0 to %u", env[i].rank, tr,
+                        env[i].launcher, PF__MAX_WORLD - 1);
         if (size == -2 || size == 0)
             PF__ENV_BAD("%s=\"%s\" (%s) is not a world size: expected a number from 1 to %u", env[i].size, ts,
                         env[i].launcher, PF__MAX_WORLD);
@@ -5397,7 +5399,8 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg) {
         if (rank >= size)
             PF__ENV_BAD("%s=%lld is not below %s=%lld (%s)", env[i].rank, rank, env[i].size, size, env[i].launcher);
         if (local == -2)
-            PF__ENV_BAD("%s=\"%s\" (%s) is not a local rank: expected a number", env[i].local, tl, env[i].launcher);
+            PF__ENV_BAD("%s=\"%s\" (%s) is not a local rank: expected a number from 0 to %u", env[i].local, tl,
+                        env[i].launcher, PF__MAX_WORLD - 1);
         if (local >= size)
             PF__ENV_BAD("%s=%lld is not below %s=%lld (%s)", env[i].local, local, env[i].size, size, env[i].launcher);
         cfg->rank = (uint32_t)rank;
@@ -6015,7 +6018,10 @@ static pf_result pf__host_fallback(const pf_config *c, char *why, size_t n) {
         return PF_ERR_NO_DEVICE;
     }
     why[0] = '\0';
-    if (c->cuda_device != 0) {
+    /* only where a GPU was possible: a CPU build's cuda_device (from
+       pf_shard_from_env's local rank, say) names nothing (an outside trial:
+       every rank but local rank 0 of a CPU torchrun job printed this) */
+    if (c->cuda_device != 0 && PF__HAVE_CUDA) {
         char m[PF__MSG_SIZE];
         pf__format(m, sizeof m, "backend: %s; cfg.cuda_device is %d, but using the host backend: batches are "
                    "host memory (pf_get_backend says PF_BACKEND_HOST)", found, c->cuda_device);

@@ -69,6 +69,13 @@ static void test_perm_small_sizes(void) {
    machine without devices): PF_BACKEND_DEFAULT is the host backend, unless
    the config shows the loop expects device pointers: cfg.stream set fails
    with PF_ERR_NO_DEVICE and says why. */
+#ifndef TEST_SIM
+static int c_levels[PF_LOG_DEBUG + 1]; /* log lines by level (one thread: pf_create's) */
+static void c_levels_log(void *user, int level, const char *msg) {
+    (void)user, (void)msg;
+    if (level >= PF_LOG_ERROR && level <= PF_LOG_DEBUG) c_levels[level]++;
+}
+#endif
 static void test_default_backend_with_a_stream_and_no_gpu(void) {
     tload t;
     pf_config cfg;
@@ -92,6 +99,20 @@ static void test_default_backend_with_a_stream_and_no_gpu(void) {
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
     pf_destroy(l);
+#ifndef TEST_SIM
+    /* a CPU build: cfg.cuda_device (pf_shard_from_env's local rank) names
+       nothing, so the fallback is said at INFO, as for local rank 0 (an
+       outside trial: every other rank of a CPU torchrun job printed a
+       warning on stderr) */
+    cfg.cuda_device = 1;
+    cfg.log = c_levels_log;
+    memset(c_levels, 0, sizeof c_levels);
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    CHECK_EQ(pf_get_backend(l), PF_BACKEND_HOST);
+    pf_destroy(l);
+    CHECK_EQ(c_levels[PF_LOG_WARN], 0);
+    CHECK(c_levels[PF_LOG_INFO] >= 1);
+#endif
     t_load_free(&t);
 }
 

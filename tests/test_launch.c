@@ -155,6 +155,8 @@ typedef struct env_case {
 static void test_malformed_and_contradictory_values_are_named(void) {
     static const env_case cases[] = {
         {{"RANK=abc", "WORLD_SIZE=2"}, PF_ERR_INVALID_ARG, "RANK=\"abc\" (torchrun) is not a rank"},
+        {{"RANK=2000000", "WORLD_SIZE=4"}, PF_ERR_INVALID_ARG,
+         "RANK=\"2000000\" (torchrun) is not a rank: expected a number from 0 to 65535"},
         {{"RANK=2", "WORLD_SIZE=2"}, PF_ERR_INVALID_ARG, "RANK=2 is not below WORLD_SIZE=2"},
         {{"RANK=0"}, PF_ERR_INVALID_ARG, "RANK is set (torchrun) but WORLD_SIZE is not"},
         {{"WORLD_SIZE=4"}, PF_ERR_INVALID_ARG, "WORLD_SIZE is set (torchrun) but RANK is not"},
