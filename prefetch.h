@@ -4550,6 +4550,15 @@ static pf_result pf__cuda_create(pf_loader *l, char *why, size_t n) {
     }
     PF__CUDA_TRY(cudaEventCreateWithFlags(&cu->drain, host_wait), pf__cuda_code(e),
                  "cudaEventCreateWithFlags(drain)")
+    /* "cudaEventRecord() will fail if the input event and input stream are
+       associated to different devices" (CUDA C Programming Guide, "Stream
+       and Event Behavior"): a cfg.stream of another GPU than cfg.cuda_device
+       is named now, not a failed call at the first batch (an outside trial:
+       the stream made before cudaSetDevice(local rank)). Harmless on the
+       right one: drain is recorded again at pf_destroy. */
+    PF__CUDA_TRY(cudaEventRecord(cu->drain, cu->consumer), PF_ERR_INVALID_ARG,
+                 "cudaEventRecord(drain, cfg.stream) on device %d (cfg.cuda_device): is cfg.stream a stream of "
+                 "another GPU? Create it after cudaSetDevice(%d)", l->cfg.cuda_device, l->cfg.cuda_device)
 #undef PF__CUDA_TRY
     for (d = 0; d < l->ring.nalloc; d++) l->ring.slots[d].data = cu->pinned + host_off + (size_t)d * l->stride;
 done:

@@ -1493,6 +1493,40 @@ static void test_load_runs_on_the_loaders_device(void) {
     t_load_free(&t);
 }
 
+/* cfg.stream made on device 0, cfg.cuda_device = 1 (the stream created
+   before cudaSetDevice(local rank)): pf_create names it, leaves nothing
+   behind and the caller's device as it was (an outside trial: created
+   fine, then a cudaEventRecord failure at the first batch) */
+static void test_a_stream_of_another_device_is_named(void) {
+    tload t;
+    pf_config cfg;
+    pf_loader *l = NULL;
+    cudaStream_t s0;
+    int d = -1;
+    char msg[768];
+    t_load_init(&t);
+    cudaSimReset(h_seed, 0, 2);
+    CHECK(cudaSetDevice(0) == cudaSuccess);
+    CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking) == cudaSuccess);
+    cfg = t_config(&t, 60, 6, 1);
+    cfg.stream = s0;
+    cfg.cuda_device = 1;
+    CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+    CHECK(l == NULL);
+    CHECK_CONTAINS(pf_error(NULL), "cudaEventRecord(drain, cfg.stream) on device 1 (cfg.cuda_device)");
+    CHECK_CONTAINS(pf_error(NULL), "is cfg.stream a stream of another GPU? Create it after cudaSetDevice(1)");
+    CHECK(cudaGetDevice(&d) == cudaSuccess);
+    CHECK_EQ(d, 0);
+    CHECK(cudaGetLastError() == cudaSuccess); /* no error of ours left for the caller */
+    CHECK(cudaSimViolations(msg, sizeof msg) == 1); /* the probe itself, which the simulator reports */
+    CHECK_CONTAINS(msg, "cudaEventRecord");
+    CHECK(cudaStreamDestroy(s0) == cudaSuccess);
+    CHECK_EQ(cudaSimBytesLive(), 0);
+    CHECK_EQ(cudaSimObjectsLive(), 0);
+    cudaSimReset(h_seed, 0, 1);
+    t_load_free(&t);
+}
+
 /* One device slot, slow modelled copies: batch k+1's copy into the slot
    is queued while batch k's is still in flight. Alternately released at
    once, and waited for (pf_batch_wait) then read on the host: a wait that
@@ -2484,6 +2518,7 @@ static const h_test tests[] = {
     {"runtime_cuda_failures_surface", test_runtime_cuda_failures_surface_from_pf_next},
     {"no_token_after_a_lost_batch", test_no_token_after_a_batch_lost_to_a_cuda_error},
     {"every_create_call_can_fail_cleanly", test_every_create_call_can_fail_cleanly},
+    {"a_stream_of_another_device_is_named", test_a_stream_of_another_device_is_named},
     {"destroy_waits_when_event_sync_fails", test_destroy_waits_when_event_sync_fails},
     {"destroy_keeps_the_blocks_when_no_wait_succeeds", test_destroy_keeps_the_blocks_when_no_wait_succeeds},
     {"a_thread_that_cannot_set_its_device_stops_the_run", test_a_thread_that_cannot_set_its_device_stops_the_run},
