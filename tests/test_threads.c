@@ -1203,21 +1203,30 @@ static int left_alone_load(void *user, pf_job *job) {
 }
 static void test_handed_back_batches_load_when_no_worker_will(void) {
     enum { N = 200 };
-    left_alone a = {NULL, false, 0, 0};
-    pf_loader *l = t_runs_loader(N, left_alone_load, &a, false);
-    unsigned char seen[N] = {0};
-    uint64_t got = 0;
-    pf_result r;
-    if (!l) return;
-    __atomic_store_n(&a.l, l, __ATOMIC_RELEASE);
-    while ((r = t_run_next(l, seen, N, &got)) == PF_OK) {
+    uint32_t most = 0;
+    /* the last run may hold a single batch (TSan: 1 run in 30, on the old
+       header too): then nothing was handed back and the run proved
+       nothing, so it is run again */
+    for (int attempt = 0; attempt < 6 && most < 2; attempt++) {
+        left_alone a = {NULL, false, 0, 0};
+        pf_loader *l = t_runs_loader(N, left_alone_load, &a, false);
+        unsigned char seen[N] = {0};
+        uint64_t got = 0;
+        pf_result r;
+        if (!l) return;
+        __atomic_store_n(&a.l, l, __ATOMIC_RELEASE);
+        while ((r = t_run_next(l, seen, N, &got)) == PF_OK) {
+        }
+        CHECKF(r == PF_END_OF_EPOCH, "%s after %llu batches: %s", pf_result_string(r), (unsigned long long)got,
+               pf_error(l));
+        CHECK_EQ(got, N);
+        CHECK(a.let_in);
+        CHECK_EQ(a.waited_out, 0u);
+        if (a.run > most) most = a.run;
+        pf_destroy(l);
     }
-    CHECKF(r == PF_END_OF_EPOCH, "%s after %llu batches: %s", pf_result_string(r), (unsigned long long)got, pf_error(l));
-    CHECK_EQ(got, N);
-    CHECK(a.let_in);
-    CHECKF(a.run >= 2, "the last run held %u batches: nothing was handed back, the test proved nothing", (unsigned)a.run);
-    CHECK_EQ(a.waited_out, 0u);
-    pf_destroy(l);
+    CHECKF(most >= 2, "in 6 runs the last run held %u batches at most: nothing was handed back, the test proved "
+           "nothing", (unsigned)most);
 }
 
 /* Once a load fails, no load of a later batch starts, on any thread: in
