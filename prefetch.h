@@ -1370,9 +1370,9 @@ typedef struct pf__resume {
                                 only counted)                           */
     uint64_t skip_max;       /* the largest of them (nskip > 0)          */
     uint64_t skipped;        /* bad samples in the batches delivered before
-                                (skipped=, 0 when absent), this rank's   */
-    bool others;             /* another rank's (or world size's) token  */
-    uint64_t others_skipped; /* its skipped=: not this rank's count      */
+                                (skipped=, 0 when absent)               */
+    bool others;             /* another rank's (or world size's) token:
+                                its skipped= is not this rank's count  */
 } pf__resume;
 
 /* The roles a thread waits in (see >>waiting). */
@@ -3200,7 +3200,8 @@ static void pf__index_batch(pf_loader *l, pf__slot *s) {
    bench/README.md (2026-11-24, thirteenth session). */
 static void pf__index_run(pf_loader *l, pf__slot *const *run, uint32_t nrun) {
     uint32_t k;
-    for (k = 0; k < nrun && nrun > 1; k++)
+    if (nrun < 2) return; /* a single load computes its own (pf__fill_job) */
+    for (k = 0; k < nrun; k++)
         if (!run[k]->indexed) pf__index_batch(l, run[k]);
 }
 
@@ -3715,6 +3716,7 @@ static pf_result pf__wait_or_timeout(pf_loader *l, const struct timespec *deadli
    not released yet, its slot's ticket still its own (lock held). */
 static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn, uint32_t nslots,
                                  uint64_t (*ticket_of)(pf_loader *, uint32_t)) {
+    uint64_t held;
     if (b->pf__owner != l)
         return pf__fail(l, PF_ERR_INVALID_ARG, "%s: this batch is not from this loader's pf_next", fn);
     if (b->pf__ticket == 0)
@@ -3725,8 +3727,8 @@ static pf_result pf__check_batch(pf_loader *l, const pf_batch *b, const char *fn
     if (b->pf__slot >= nslots)
         return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (slot %u of %u)", fn,
                         (unsigned)b->pf__slot, (unsigned)nslots);
-    if (ticket_of(l, b->pf__slot) != b->pf__ticket) {
-        uint64_t held = ticket_of(l, b->pf__slot);
+    held = ticket_of(l, b->pf__slot);
+    if (held != b->pf__ticket) {
         if (held && held < b->pf__ticket) /* a slot's batch is never older than a copy of one it held */
             return pf__fail(l, PF_ERR_INVALID_ARG, "%s: the batch is corrupt (its ticket is newer than its slot's: a "
                             "damaged pf_batch; epoch %llu batch %llu is still held)", fn,
@@ -5795,8 +5797,7 @@ static pf_result pf__parse_resume(const pf_config *c, const char *tok, pf__resum
     rs->nskip = 0;
     rs->skip_max = 0;
     rs->others = !pf__token_own(c, &t);
-    rs->skipped = rs->others ? 0 : t.skipped;
-    rs->others_skipped = rs->others ? t.skipped : 0;
+    rs->skipped = t.skipped;
     no_done = t.done[0] == '-' && (t.done[1] == '\0' || pf__token_space(t.done[1]));
     if (c->epochs && v[PF__K_EPOCH] == c->epochs && (v[PF__K_BATCH] || v[PF__K_POS] || !no_done || t.has_from))
         PF__RBAD("resume token is inside epoch %llu (batch=%llu), past the end of data at cfg.epochs = %u: a token "
@@ -5829,7 +5830,9 @@ static void pf__resume_at(pf_loader *l, const char *tok) {
     l->ck.first = l->ck.rs.batch * l->cfg.batch_size;
     l->ck.n = l->ck.rs.n;
     l->ck.n_known = l->ck.rs.has_n;
-    l->ck.skipped = l->st.skipped = l->ck.rs.skipped; /* bad_limit and pf_stats.skipped go on from there */
+    /* bad_limit and pf_stats.skipped go on from there: this rank's count,
+       which another rank's token does not hold */
+    l->ck.skipped = l->st.skipped = l->ck.rs.others ? 0 : l->ck.rs.skipped;
     for (i = 0; i < l->ck.rs.nskip; i++) l->ck.done[l->ck.rs.skip[i] % l->ck.win] = 1;
 }
 
@@ -6067,7 +6070,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
             pf__log(&c, PF_LOG_WARN, "cfg.resume: the token is another rank's (or world size's): its skipped=%llu "
                     "counts that rank's bad samples, not this one's, so cfg.bad_limit (%llu) counts this rank's "
                     "from 0 here; to stop exactly where an uninterrupted run stops, resume each rank from its own "
-                    "token", (unsigned long long)rs.others_skipped, (unsigned long long)c.bad_limit);
+                    "token", (unsigned long long)rs.skipped, (unsigned long long)c.bad_limit);
     }
     if (c.backend == PF_BACKEND_HOST && c.stream) /* asked for the CPU: said, not refused */
         pf__log(&c, PF_LOG_WARN, "cfg.stream is set but cfg.backend is PF_BACKEND_HOST: batches are host memory "
