@@ -270,13 +270,16 @@ typedef struct pingpong {
     char pad[56];
     uint64_t n;
 } pingpong;
-static void *pingpong_other(void *p) {
-    pingpong *q = (pingpong *)p;
-    for (uint64_t i = 1; i < q->n; i += 2) {
+/* the turns from `first` on, every other one: wait for it, pass it on */
+static void pingpong_turns(pingpong *q, uint64_t first) {
+    for (uint64_t i = first; i < q->n; i += 2) {
         while (__atomic_load_n(&q->turn, __ATOMIC_ACQUIRE) != i) {
         }
         __atomic_store_n(&q->turn, i + 1, __ATOMIC_RELEASE);
     }
+}
+static void *pingpong_other(void *p) {
+    pingpong_turns((pingpong *)p, 1);
     return NULL;
 }
 static double line_move(uint64_t n) {
@@ -287,11 +290,7 @@ static double line_move(uint64_t n) {
     q.n = n;
     pthread_create(&th, NULL, pingpong_other, &q);
     t0 = now_s();
-    for (uint64_t i = 0; i < n; i += 2) {
-        while (__atomic_load_n(&q.turn, __ATOMIC_ACQUIRE) != i) {
-        }
-        __atomic_store_n(&q.turn, i + 1, __ATOMIC_RELEASE);
-    }
+    pingpong_turns(&q, 0);
     pthread_join(th, NULL);
     return now_s() - t0;
 }
