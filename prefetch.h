@@ -159,7 +159,8 @@
                move only through pf__move, which asserts the move. Growth
                (autotune): the worker that set ring.growing writes the new
                slots' memory and ring.grown without the lock, and frees a
-               failed trial's block (ring.retire_from) the same way.
+               failed trial's block, or one the settled count no longer needs
+               (ring.retire_from), the same way.
        claim   the epochs' plans and the workers' claim cursor (>>claim):
                workers claim and plan (dropping the lock around
                cfg.num_samples_fn), the taker retires plans.
@@ -1579,6 +1580,7 @@ typedef struct pf__tuner {
     uint32_t floor;        /* fewer starved it: stay at or above...        */
     double floor_step;     /* ...while the consumer's time per batch stays near this */
     uint64_t changes, last_change_batch;
+    uint32_t steady;       /* periods since the count last changed (pf__ring_follow) */
     double inline_load;    /* the load per batch when pf_next took the loads
                               over (or when that did not pay: inline_failed) */
     bool inline_failed;
@@ -2184,6 +2186,13 @@ static void pf__wake_all_workers(pf_loader *l) {
     l->sync.woken[PF__ROLE_WORKER] = l->sync.waiting[PF__ROLE_WORKER];
 }
 
+/* A block going back is freed by a worker (pf__shrink), a parked one too:
+   with pf_next loading alone every worker is parked. */
+static void pf__wake_shrinker(pf_loader *l) {
+    pf__wake_all_workers(l);
+    pf__wake(l, PF__ROLE_PARKED);
+}
+
 /* A loaded batch (or an end, or an error) may unblock the taker. */
 static void pf__wake_takers(pf_loader *l) {
     l->ring.taker_held = false;
@@ -2443,7 +2452,7 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
         /* the block's last busy slot: a worker gives it back now, even if
            every worker sleeps for want of a slot (the caller may hold all
            the others, and wait in pf_next for the ring to grow again) */
-        if (pf__shrink_due(l)) pf__wake_all_workers(l);
+        if (pf__shrink_due(l)) pf__wake_shrinker(l);
         return;
     }
     l->ring.free_stack[l->ring.nfree++] = s->index;
@@ -2664,6 +2673,7 @@ static void pf__shrink_next(pf_loader *l) {
     for (i = 0; i < l->ring.nfree; i++) /* keep the others, in their order */
         if (l->ring.free_stack[i] < from) l->ring.free_stack[k++] = l->ring.free_stack[i];
     l->ring.nfree = k;
+    if (pf__shrink_due(l)) pf__wake_shrinker(l); /* all free already: no slot_free will say so */
 }
 
 static void pf__shrink_cancel(pf_loader *l) {
@@ -2699,6 +2709,28 @@ static void pf__shrink(pf_loader *l) {
     pf__wake_takers(l); /* a caller holding every slot left grows the ring (pf__take_host) */
 }
 
+/* Memory follows what runs down, too: once the worker count has held for
+   PF__RING_SETTLE periods with no trial on, the grown blocks above what
+   that count needs (its default ring, and a slot a worker beyond what the
+   caller holds) go back, newest first, as a failed trial's do. An outside
+   trial: 16 MiB batches whose loads slept 10 ms grew the ring to 23 slots
+   for 11 workers, then loads turned free and 1 worker did as well, and the
+   23 slots (368 MiB) stayed for the rest of the run, against 3 for 1 fixed
+   worker. Settled first: a count that changes again soon would allocate
+   (and fault in) what it just gave back. Lock held. */
+#define PF__RING_SETTLE 4u
+static void pf__ring_follow(pf_loader *l) {
+    uint32_t n = l->at.active ? l->at.active : 1u, want;
+    if (++l->at.steady < PF__RING_SETTLE || l->at.probing || l->at.help_trial || l->at.park_trial) return;
+    if (!l->ring.ngrown || l->ring.retire_from || l->ring.growing || l->ring.grow_to > l->ring.nalloc) return;
+    want = pf__ring_slots(n, &l->cfg);
+    if (want < l->cons.held + n + 1) want = l->cons.held + n + 1;
+    if (l->ring.grown_from[l->ring.ngrown - 1] < want) return; /* the newest block is needed */
+    l->ring.shrink_to = want;
+    if (l->ring.keep_to > want) l->ring.keep_to = want;
+    pf__shrink_next(l);
+}
+
 /* The ring should hold `slots` (at most nslots): grow it (pf__grow). */
 static void pf__ring_for(pf_loader *l, uint32_t slots, bool trial) {
     if (slots > l->ring.nslots) slots = l->ring.nslots;
@@ -2718,6 +2750,7 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
     if (n > l->at.active) pf__ring_for(l, l->at.active + n + 1, true); /* on trial: see pf__grow */
     l->at.active = n;
     l->at.changes++;
+    l->at.steady = 0;
     l->at.last_change_batch = l->st.batches;
     l->at.inline_est = 0; /* pf_next's next load is timed afresh */
 }
@@ -2746,9 +2779,9 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
    touches it: page faults cost milliseconds here), outside the lock, one at
    a time (`growing`), so the consumer never pays for it; the new slots join
    the free stack and the workers are told. A failed trial's block goes
-   back once every slot in it is free (pf__shrink); otherwise the ring does
-   not shrink (a slot may be loading, ready or held; the peak is bounded by
-   the most workers that ran). If the allocation fails the ring stays as it is, and autotune keeps
+   back once every slot in it is free (pf__shrink), and so do the blocks a
+   count that came down and settled no longer needs (pf__ring_follow). If
+   the allocation fails the ring stays as it is, and autotune keeps
    within what it can keep busy. Lock held on entry and return. */
 static bool pf__grow_due(const pf_loader *l) { return l->ring.grow_to > l->ring.nalloc && !l->ring.growing && !l->sync.stopping; }
 
@@ -2861,6 +2894,7 @@ static void pf__autotune(pf_loader *l) {
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
     idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
     pf__at_period_start(l, now, waits);
+    pf__ring_follow(l);
     /* every core busy (the process's CPU time, all its threads): more
        workers cannot make loads faster, only take turns on the cores */
     busy = cpu0 && l->at.cpu0 ? pf__sec(l->at.cpu0 - cpu0) / dt : 0;
@@ -3992,6 +4026,13 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         /* pf_next loads; and always what its own run handed back: the
            workers may have left (the claims were done) or parked */
         if ((l->ring.norphans || l->at.help || !l->at.active || pf__may_help(l)) && pf__load_inline(l)) continue;
+        /* the caller holds as many slots as stay while a block goes back
+           (pf__ring_follow): that block is wanted again, or no batch may
+           come (its free slots are out of the free stack) */
+        if (l->ring.retire_from && l->cons.held >= l->ring.retire_from) {
+            pf__shrink_cancel(l);
+            continue;
+        }
         /* the caller holds every slot with memory, and autotune's ring is
            still below host_slots: it may hold host_slots, so the ring grows
            now, by pf_next itself (a worker may be parked, or busy) */

@@ -601,6 +601,21 @@ static void test_autotune_failed_trial_gives_its_slots_back(void) {
    4 KiB, two are one of 2 MiB. Slots that do not divide 2 MiB, or bigger
    ones, grow by what was asked; never past host_slots. */
 static int nothing(void *user, pf_job *job);
+/* The ring grows to `slots` (pf__ring_for), by this thread or a worker;
+   lock held. */
+static void ring_grow_to(pf_loader *l, uint32_t slots) {
+    pf__ring_for(l, slots, false);
+    for (int i = 0; i < 5000 && (l->ring.growing || l->ring.grow_to > l->ring.nalloc); i++) { /* bounded: 5 s */
+        if (pf__grow_due(l)) {
+            pf__grow(l); /* or a worker does, meanwhile */
+            continue;
+        }
+        pf__unlock(&l->sync.mu);
+        t_sleep_us(1000);
+        pf__lock(&l->sync.mu);
+    }
+    CHECK(!l->ring.growing);
+}
 /* the slots a growth by `more` adds to the ring pf_create made */
 static uint32_t grown_by(size_t batch_bytes, uint32_t host_slots, uint32_t more) {
     pf_config cfg = t_config_base(64, 1, batch_bytes, 1);
@@ -614,17 +629,7 @@ static uint32_t grown_by(size_t batch_bytes, uint32_t host_slots, uint32_t more)
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     pf__lock(&l->sync.mu);
     n0 = l->ring.nalloc;
-    pf__ring_for(l, n0 + more, false);
-    for (int i = 0; i < 5000 && (l->ring.growing || l->ring.grow_to > l->ring.nalloc); i++) { /* bounded: 5 s */
-        if (pf__grow_due(l)) {
-            pf__grow(l); /* or a worker does, meanwhile */
-            continue;
-        }
-        pf__unlock(&l->sync.mu);
-        t_sleep_us(1000);
-        pf__lock(&l->sync.mu);
-    }
-    CHECK(!l->ring.growing);
+    ring_grow_to(l, n0 + more);
     n0 = l->ring.nalloc - n0;
     pf__unlock(&l->sync.mu);
     pf_destroy(l);
@@ -642,6 +647,117 @@ static void test_autotune_grows_in_huge_pages(void) {
     CHECK_EQ(grown_by((size_t)1 << 20, 4, 1), 1u);   /* not past host_slots (pf_create made 3) */
     CHECK_EQ(grown_by((size_t)768 << 10, 0, 1), 1u); /* 768 KiB does not divide 2 MiB: as asked */
     CHECK_EQ(grown_by((size_t)4 << 20, 0, 1), 1u);   /* bigger than a huge page: as asked */
+}
+
+/* Memory follows the count down too: once it has settled
+   (pf__ring_follow), the grown blocks above what it needs go back, a
+   block with a held slot once that slot is released. A caller that then
+   holds every slot left gets the block back (pf__take_host), where it
+   used to wait for ever (the block's free slots were out of the free
+   stack). */
+static bool ring_follow_now(pf_loader *l) { /* as after PF__RING_SETTLE quiet periods */
+    bool retired;
+    pf__lock(&l->sync.mu);
+    l->at.steady = PF__RING_SETTLE - 1;
+    pf__ring_follow(l);
+    retired = l->ring.retire_from != 0;
+    pf__unlock(&l->sync.mu);
+    return retired;
+}
+static void test_autotune_ring_follows_the_count_down(void) {
+    pf_config cfg = t_config_base(1000, 1, (size_t)1 << 20, 1); /* big: the ring is 2W+1 */
+    pf_loader *l;
+    pf_batch held[4], b;
+    pf_stats st;
+    uint32_t n = 0, k;
+    cfg.load = nothing;
+    cfg.autotune = 1;
+    cfg.num_workers = 4; /* a ring of up to 9 slots */
+    cfg.timeout_ms = 10000; /* the old code's hang, bounded */
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    CHECK_EQ(l->ring.nalloc, 3u); /* one worker's */
+    ring_grow_to(l, 9);
+    CHECK_EQ(l->ring.nalloc, 9u);
+    CHECK_EQ(l->ring.grown_from[l->ring.ngrown - 1], 3u);
+    pf__unlock(&l->sync.mu);
+    /* under 32 batches in all: autotune judges no period meanwhile */
+    for (k = 0; k < 12 && !n; k++) { /* hold one batch in the grown block */
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        if (b.pf__slot >= 3) held[n++] = b;
+        else CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    CHECKF(n == 1, "12 batches and none in a slot autotune grew");
+    CHECK(ring_follow_now(l)); /* 1 worker settled: 3 slots, with the held one's a 3rd */
+    pf__lock(&l->sync.mu);
+    CHECK_EQ(l->ring.retire_from, 3u);
+    CHECK_EQ(l->ring.nalloc, 9u); /* not yet: a slot of it is held */
+    pf__unlock(&l->sync.mu);
+    for (k = 0; k < 16 && n < 4; k++) { /* the 3 slots that stay, held too */
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        if (b.pf__slot < 3) held[n++] = b;
+        else CHECK_EQ(pf_release(l, &b), PF_OK); /* loaded before: it goes out once released */
+    }
+    CHECKF(n == 4, "the caller holds %u batches", n);
+    CHECK_EQ(pf_next(l, &b), PF_OK); /* the block is wanted again: no hang */
+    pf__lock(&l->sync.mu);
+    CHECK_EQ(l->ring.retire_from, 0u);
+    pf__unlock(&l->sync.mu);
+    CHECK_EQ(pf_release(l, &b), PF_OK);
+    for (k = 0; k < n; k++) CHECK_EQ(pf_release(l, &held[k]), PF_OK);
+    CHECK(ring_follow_now(l)); /* nothing held: all of it goes, once its ready batches are taken */
+    for (k = 0; k < 2000; k++) { /* bounded: 2000 batches, 2 s */
+        pf_get_stats(l, &st);
+        if (st.host_slots == 3) break;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, st.batches); /* in order throughout */
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        if (k % 8 == 7) t_sleep_us(1000); /* a worker frees it */
+    }
+    CHECKF(st.host_slots == 3, "the grown block was not given back: %u slots", st.host_slots);
+    pf_destroy(l);
+}
+
+/* End to end: starved, the ring grows with the workers; then loads turn
+   free and the consumer computes, the count comes down, and the ring
+   follows it (an outside trial: 23 slots of 16 MiB stayed for the rest of
+   the run at 1 worker). */
+static void test_autotune_ring_shrinks_when_the_count_settles_lower(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_stats st;
+    uint32_t peak = 0, k;
+    phased_init(&p);
+    p.slow = 1;
+    t_begin(&c, h_seed);
+    c.on_host = 1;
+    cfg = phased_config(&p, &c, 2000);
+    cfg.batch_bytes = (size_t)1 << 20; /* big: the ring is 2W+1 */
+    cfg.host_slots = 0;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    for (k = 0; k < 2000; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        pf_get_stats(c.l, &st);
+        if (st.host_slots > peak) peak = st.host_slots;
+        if (k == 300) __atomic_store_n(&p.slow, 0, __ATOMIC_RELEASE); /* starved until here */
+        if (k > 300) {
+            t_sleep_us(2000); /* compute-bound: the workers idle */
+            if (st.host_slots < peak && st.host_slots <= 2 * st.workers_active + 2) break;
+        }
+    }
+    CHECKF(peak > 3, "starved for 300 batches, the ring stayed at %u slots", peak);
+    CHECKF(st.host_slots < peak && st.host_slots <= 2 * st.workers_active + 2,
+           "the ring grew to %u slots and kept %u for %u workers", peak, st.host_slots, st.workers_active);
+    if (h_verbose) printf("    ring %u -> %u slots (%u workers) after %u batches\n", peak, st.host_slots,
+                          st.workers_active, k);
+    t_end(&c);
+    pthread_mutex_destroy(&p.mu);
+    pthread_mutex_destroy(&p.one);
 }
 
 /* The ring cannot grow (the allocator or cudaHostAlloc fails): it says so,
@@ -2418,6 +2534,8 @@ static const h_test tests[] = {
     {"pf_next_stops_loading_when_loads_turn_dear", test_pf_next_stops_loading_when_loads_turn_dear},
     {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
+    {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
+    {"autotune_ring_shrinks_when_the_count_settles_lower", test_autotune_ring_shrinks_when_the_count_settles_lower},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
     {"a_failed_help_trial_tries_pf_next_alone", test_a_failed_help_trial_tries_pf_next_alone},
     {"autotune_destroy_while_resizing_and_parked", test_autotune_destroy_while_resizing_and_parked},
