@@ -719,6 +719,44 @@ static void test_autotune_ring_follows_the_count_down(void) {
     pf_destroy(l);
 }
 
+/* With the default allocator a host slot block leaves the process when it
+   is freed (pf__slots_alloc maps it): glibc's malloc kept a freed block of
+   up to 32 MiB in its heap once its mmap threshold had risen (as freeing
+   any big block raises it), so a ring autotune shrank stayed resident. */
+static long rss_kib(void) {
+    long pages = -1, resident = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+    fclose(f);
+    return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+static void test_freed_slots_leave_the_process(void) {
+#ifdef __linux__
+    pf_config cfg = t_config_base(64, 1, (size_t)8 << 20, 1);
+    pf_loader *l;
+    long before, live, after;
+    unsigned char *big = (unsigned char *)malloc((size_t)24 << 20);
+    CHECK(big != NULL);
+    memset(big, 1, (size_t)24 << 20);
+    free(big); /* malloc's mmap threshold is 24 MiB now: a 16 MiB block would come from its heap */
+    cfg.load = nothing;
+    cfg.num_workers = 1;
+    cfg.host_slots = 2; /* 16 MiB of slots, touched at pf_create */
+    cfg.backend = PF_BACKEND_HOST;
+    before = rss_kib();
+    CHECK(before > 0);
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    live = rss_kib();
+    pf_destroy(l);
+    after = rss_kib();
+    if (h_verbose) printf("    resident: %ld KiB, %ld with the loader, %ld after\n", before, live, after);
+    CHECKF(live - before >= 15 * 1024, "16 MiB of slots made %ld KiB resident", live - before);
+    CHECKF(live - after >= 15 * 1024, "pf_destroy left %ld of the loader's %ld KiB resident", after - before,
+           live - before);
+#endif
+}
+
 /* End to end: starved, the ring grows with the workers; then loads turn
    free and the consumer computes, the count comes down, and the ring
    follows it (an outside trial: 23 slots of 16 MiB stayed for the rest of
@@ -2535,6 +2573,7 @@ static const h_test tests[] = {
     {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
+    {"freed_slots_leave_the_process", test_freed_slots_leave_the_process},
     {"autotune_ring_shrinks_when_the_count_settles_lower", test_autotune_ring_shrinks_when_the_count_settles_lower},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
     {"a_failed_help_trial_tries_pf_next_alone", test_a_failed_help_trial_tries_pf_next_alone},
