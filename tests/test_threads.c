@@ -719,6 +719,48 @@ static void test_autotune_ring_follows_the_count_down(void) {
     pf_destroy(l);
 }
 
+/* Spins that never pay back off for good: the budget stays at its least,
+   and the full spins that probe whether spinning pays again come every
+   8th, 16th ... 256th time while they fail (a failed probe used to restart
+   the halving from 10 us: 5 us of CPU a wait); one that pays restores the
+   full budget and the probes every 8th. */
+static void test_failed_spin_probes_back_off(void) {
+    pf_config cfg = t_config_base(64, 1, 64, 1);
+    pf_loader *l;
+    uint32_t probes = 0, first[8], spent = 0, k, budget;
+    bool probe;
+    const int role = PF__ROLE_CONSUMER;
+    cfg.load = nothing;
+    cfg.num_workers = 1;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf__lock(&l->sync.mu);
+    l->sync.spin_ns[role] = PF_SPIN_MAX_NS;
+    for (k = 0; k < 2000; k++) {
+        budget = pf__spin_budget(l, role, &probe);
+        if (probe) {
+            CHECK_EQ(budget, (uint32_t)PF_SPIN_MAX_NS);
+            if (probes < 8) first[probes] = k;
+            probes++;
+        } else if (k > 20) {
+            CHECKF(budget == PF__SPIN_MIN_NS, "wait %u: a budget of %u ns after spins that never paid", k, budget);
+        }
+        spent += budget;
+        pf__spin_adapt(l, role, budget, probe, false);
+    }
+    /* the halving from 20 us, then probes 8, 16, ... 256 waits apart: at
+       waits 8, 24, 56, 120, 248, 504, then every 256th up to 1784 */
+    CHECKF(probes == 11, "%u probes in 2000 waits", probes);
+    CHECK(probes >= 2 && first[1] - first[0] == 16 && first[2] - first[1] == 32);
+    CHECKF(spent / 2000 < 1500, "%u ns a wait spent spinning", spent / 2000);
+    while (!probe) budget = pf__spin_budget(l, role, &probe);
+    pf__spin_adapt(l, role, budget, probe, true); /* a probe that pays */
+    CHECK_EQ(l->sync.spin_ns[role], (uint32_t)PF_SPIN_MAX_NS);
+    CHECK_EQ(l->sync.spin_every[role], PF__SPIN_PROBE_MIN);
+    pf__unlock(&l->sync.mu);
+    pf_destroy(l);
+}
+
 /* With the default allocator a host slot block leaves the process when it
    is freed (pf__slots_alloc maps it): glibc's malloc kept a freed block of
    up to 32 MiB in its heap once its mmap threshold had risen (as freeing
@@ -2574,6 +2616,7 @@ static const h_test tests[] = {
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
     {"freed_slots_leave_the_process", test_freed_slots_leave_the_process},
+    {"failed_spin_probes_back_off", test_failed_spin_probes_back_off},
     {"autotune_ring_shrinks_when_the_count_settles_lower", test_autotune_ring_shrinks_when_the_count_settles_lower},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
     {"a_failed_help_trial_tries_pf_next_alone", test_a_failed_help_trial_tries_pf_next_alone},
