@@ -2747,7 +2747,8 @@ static void pf__shrink(pf_loader *l) {
 static void pf__ring_follow(pf_loader *l) {
     uint32_t n = l->at.active ? l->at.active : 1u, want;
     if (++l->at.steady < PF__RING_SETTLE || l->at.probing || l->at.help_trial || l->at.park_trial) return;
-    if (!l->ring.ngrown || l->ring.retire_from || l->ring.growing || l->ring.grow_to > l->ring.nalloc) return;
+    /* growing first: the growing worker writes ngrown and grown unlocked */
+    if (l->ring.growing || !l->ring.ngrown || l->ring.retire_from || l->ring.grow_to > l->ring.nalloc) return;
     want = pf__ring_slots(n, &l->cfg);
     if (want < l->cons.held + n + 1) want = l->cons.held + n + 1;
     if (l->ring.grown_from[l->ring.ngrown - 1] < want) return; /* the newest block is needed */

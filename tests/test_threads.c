@@ -658,6 +658,7 @@ static void test_autotune_grows_in_huge_pages(void) {
 static bool ring_follow_now(pf_loader *l) { /* as after PF__RING_SETTLE quiet periods */
     bool retired;
     pf__lock(&l->sync.mu);
+    pf__take_released(l); /* as pf_next's frame has, before autotune looks: releases are counted */
     l->at.steady = PF__RING_SETTLE - 1;
     pf__ring_follow(l);
     retired = l->ring.retire_from != 0;
@@ -689,7 +690,14 @@ static void test_autotune_ring_follows_the_count_down(void) {
         else CHECK_EQ(pf_release(l, &b), PF_OK);
     }
     CHECKF(n == 1, "12 batches and none in a slot autotune grew");
-    CHECK(ring_follow_now(l)); /* 1 worker settled: 3 slots, with the held one's a 3rd */
+    {
+        bool retired = ring_follow_now(l); /* 1 worker settled: 3 slots, with the held one's a 3rd */
+        pf__lock(&l->sync.mu);
+        CHECKF(retired, "no block retired: %u workers, %u held, newest block from slot %u of %u (%u asked), "
+               "growing %d, trials %d %d %d", l->at.active, l->cons.held, l->ring.grown_from[l->ring.ngrown - 1],
+               l->ring.nalloc, l->ring.grow_to, l->ring.growing, l->at.probing, l->at.help_trial, l->at.park_trial);
+        pf__unlock(&l->sync.mu);
+    }
     pf__lock(&l->sync.mu);
     CHECK_EQ(l->ring.retire_from, 3u);
     CHECK_EQ(l->ring.nalloc, 9u); /* not yet: a slot of it is held */
@@ -706,7 +714,7 @@ static void test_autotune_ring_follows_the_count_down(void) {
     pf__unlock(&l->sync.mu);
     CHECK_EQ(pf_release(l, &b), PF_OK);
     for (k = 0; k < n; k++) CHECK_EQ(pf_release(l, &held[k]), PF_OK);
-    CHECK(ring_follow_now(l)); /* nothing held: all of it goes, once its ready batches are taken */
+    CHECKF(ring_follow_now(l), "nothing held, and no block retired"); /* all of it goes, once its ready batches are taken */
     for (k = 0; k < 2000; k++) { /* bounded: 2000 batches, 2 s */
         pf_get_stats(l, &st);
         if (st.host_slots == 3) break;
