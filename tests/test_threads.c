@@ -1993,6 +1993,46 @@ static void cap_phases(bool next_loads, double caller_share, uint32_t expect) {
     CHECKF(late_by_parked <= 2, "%u of batches 300-479 loaded by parked workers", late_by_parked);
     CHECKF(io_by_parked > 0, "worker 3 loaded none of batches 700-979 (sleeping loads)");
 }
+/* With autotune, loads that never sleep bound the count it grows to by the
+   CPUs (pf__cap_n): its verdict comes from the loads themselves, asked as
+   without autotune, whatever the process's CPU time says (on a machine
+   another process keeps busy it said a core was free, and 50 us CPU loads
+   ran on 4-8 workers at 0.8 of 1 fixed worker: an outside trial). Told 2
+   CPUs; pf_next does not load (timeout_ms): 3 at most. */
+static int cpu_load(void *user, pf_job *job) {
+    (void)user;
+    spin_ns(200000);
+    job->bytes = 8;
+    return 0;
+}
+static void test_autotune_cpu_loads_stay_within_the_cpus(void) {
+    pf_config cfg = t_config_base(1000, 1, 8, 1);
+    pf_loader *l;
+    pf_stats st;
+    uint32_t most = 0;
+    bool capped;
+    cfg.load = cpu_load;
+    cfg.autotune = 1;
+    cfg.num_workers = 8;
+    cfg.backend = PF_BACKEND_HOST;
+    l = t_create_2cpus(&cfg);
+    for (uint64_t k = 0; k < 1000; k++) { /* bounded: 1000 loads of 200 us */
+        pf_batch b;
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        pf_get_stats(l, &st);
+        if (k >= 500 && st.workers_active > most) most = st.workers_active; /* the verdict long in */
+    }
+    pf__lock(&l->sync.mu);
+    capped = l->ring.capped;
+    pf__unlock(&l->sync.mu);
+    CHECKF(capped, "1000 loads of 200 us on the CPU and no verdict that they never sleep");
+    CHECKF(most <= 3, "CPU loads on 2 CPUs ran on %u workers", most);
+    if (h_verbose) printf("    at most %u workers after batch 500\n", most);
+    pf_destroy(l);
+}
+
 /* a load that sleeps once in 50 (an outside trial's: with one asked load
    that slept lifting the cap, the workers parked and came back 100 times
    a second, each time their state stopped and made again) */
@@ -2604,6 +2644,7 @@ static const h_test tests[] = {
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"a_caller_whose_step_sleeps_leaves_its_core_to_the_workers", test_a_caller_whose_step_sleeps_leaves_its_core_to_the_workers},
     {"cpu_cap_comes_early_for_cheap_loads", test_cpu_cap_comes_early_for_cheap_loads},
+    {"autotune_cpu_loads_stay_within_the_cpus", test_autotune_cpu_loads_stay_within_the_cpus},
     {"a_parking_worker_passes_its_wake_on", test_a_parking_worker_passes_its_wake_on},
     {"consumers_while_pf_next_loads", test_consumers_while_pf_next_loads_exactly_once},
     {"pf_next_helps_the_workers", test_pf_next_helps_the_workers},
