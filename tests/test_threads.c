@@ -436,6 +436,18 @@ static pf_config phased_config(phased *p, tcons *c, uint64_t batches) {
     return cfg;
 }
 
+/* ...with 1 MiB batches, the host copy checked: the ring is 2W+1, and
+   autotune's grows with the workers (t_begin done here) */
+static pf_config phased_big_config(phased *p, tcons *c, uint64_t batches) {
+    pf_config cfg;
+    t_begin(c, h_seed);
+    c->on_host = 1;
+    cfg = phased_config(p, c, batches);
+    cfg.batch_bytes = (size_t)1 << 20;
+    cfg.host_slots = 0;
+    return cfg;
+}
+
 static void phased_init(phased *p) {
     memset(p, 0, sizeof *p);
     p->gate_batch = -1;
@@ -496,11 +508,7 @@ static void test_autotune_ring_grows_with_workers(void) {
     uint32_t peak = 0, slots = 0, asked;
     phased_init(&p);
     p.slow = 1;
-    t_begin(&c, h_seed);
-    c.on_host = 1;
-    cfg = phased_config(&p, &c, 240);
-    cfg.batch_bytes = (size_t)1 << 20; /* big: the ring is 2W+1, not sized by bytes */
-    cfg.host_slots = 0;                /* the default: 2 * 8 + 1 = 17 at most */
+    cfg = phased_big_config(&p, &c, 240); /* the default ring: 2 * 8 + 1 = 17 at most */
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     pf_get_stats(c.l, &st);
     CHECK_EQ(st.workers_active, 1);
@@ -557,11 +565,7 @@ static void test_autotune_failed_trial_gives_its_slots_back(void) {
         uint64_t k = 0;
         phased_init(&p);
         p.serial = 1;
-        t_begin(&c, h_seed);
-        c.on_host = 1;
-        cfg = phased_config(&p, &c, 1200);
-        cfg.batch_bytes = (size_t)1 << 20; /* big: the ring is 2W+1 */
-        cfg.host_slots = 0;
+        cfg = phased_big_config(&p, &c, 1200);
         CHECK_EQ(t_create(&c, &cfg), PF_OK);
         for (; k < 1200; k++) { /* bounded: 1200 batches of 1 ms */
             pf_batch b;
@@ -819,11 +823,7 @@ static void test_autotune_ring_shrinks_when_the_count_settles_lower(void) {
     uint32_t peak = 0, k;
     phased_init(&p);
     p.slow = 1;
-    t_begin(&c, h_seed);
-    c.on_host = 1;
-    cfg = phased_config(&p, &c, 2000);
-    cfg.batch_bytes = (size_t)1 << 20; /* big: the ring is 2W+1 */
-    cfg.host_slots = 0;
+    cfg = phased_big_config(&p, &c, 2000);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
     for (k = 0; k < 2000; k++) {
         pf_batch b;
@@ -860,11 +860,7 @@ static void test_autotune_ring_that_cannot_grow(void) {
     uint32_t peak = 0;
     phased_init(&p);
     p.slow = 1;
-    t_begin(&c, h_seed);
-    c.on_host = 1;
-    cfg = phased_config(&p, &c, 160);
-    cfg.batch_bytes = (size_t)1 << 20;
-    cfg.host_slots = 0;
+    cfg = phased_big_config(&p, &c, 160);
 #ifdef TEST_SIM
     t_alloc_init(&a, 0);
     cudaSimFailNth("cudaHostAlloc", 2, cudaErrorMemoryAllocation, 0); /* the first growth */
