@@ -1531,6 +1531,8 @@ typedef struct pf__taker {
 /* (>>consumer) what pf_next has handed out */
 typedef struct pf__consumer {
     uint32_t held;
+    uint32_t held_most;    /* the most held at once since autotune last looked (pf__ring_follow) */
+    uint32_t slot_waits;   /* pf_next calls, the only loader, waiting for a slot (pf__take_host) */
     uint64_t ticket;       /* the last batch's; counts up from ticket0     */
     uint64_t ticket0;      /* this loader's own start (pf__ticket_start)   */
     uint64_t epoch, nbatches;
@@ -1582,7 +1584,9 @@ typedef struct pf__tuner {
     uint32_t floor;        /* fewer starved it: stay at or above...        */
     double floor_step;     /* ...while the consumer's time per batch stays near this */
     uint64_t changes, last_change_batch;
-    uint32_t steady;       /* periods since the count last changed (pf__ring_follow) */
+    uint32_t steady;       /* periods since the count or the ring last changed (pf__ring_follow) */
+    uint64_t steady_t0;    /* ...the first of them began */
+    uint32_t held_win;     /* the most the caller held at once in them */
     double inline_load;    /* the load per batch when pf_next took the loads
                               over (or when that did not pay: inline_failed) */
     bool inline_failed;
@@ -2483,6 +2487,7 @@ static void pf__slot_free(pf_loader *l, pf__slot *s) {
     }
     l->ring.free_stack[l->ring.nfree++] = s->index;
     pf__wake_workers(l, false);
+    if (l->cons.slot_waits) pf__wake_takers(l); /* pf_next, the one loader, waits for it */
 }
 
 /* The slots pf_release handed back since the last look, freed now (lock
@@ -2705,6 +2710,7 @@ static void pf__shrink_next(pf_loader *l) {
 static void pf__shrink_cancel(pf_loader *l) {
     if (l->ring.retire_from) {
         uint32_t i;
+        l->at.steady = 0; /* wanted again: kept a while (pf__ring_follow) */
         for (i = l->ring.retire_from; i < l->ring.nalloc; i++)
             if (l->ring.slots[i].state == PF__SLOT_FREE) l->ring.free_stack[l->ring.nfree++] = i;
         pf__wake_workers(l, false);
@@ -2735,26 +2741,41 @@ static void pf__shrink(pf_loader *l) {
     pf__wake_takers(l); /* a caller holding every slot left grows the ring (pf__take_host) */
 }
 
-/* Memory follows what runs down, too: once the worker count has held for
-   PF__RING_SETTLE periods with no trial on, the grown blocks above what
-   that count needs (its default ring, and a slot a worker beyond what the
-   caller holds) go back, newest first, as a failed trial's do. An outside
+/* Memory follows what runs down, too: once the worker count and the ring
+   have held for PF__RING_SETTLE periods and PF__RING_SETTLE_NS with no
+   trial on, the grown blocks above what that count needs (its default
+   ring, and a slot a worker beyond the most the caller held at once in
+   that time) go back, newest first, as a failed trial's do. An outside
    trial: 16 MiB batches whose loads slept 10 ms grew the ring to 23 slots
    for 11 workers, then loads turned free and 1 worker did as well, and the
    23 slots (368 MiB) stayed for the rest of the run, against 3 for 1 fixed
-   worker. Settled first: a count that changes again soon would allocate
-   (and fault in) what it just gave back. Lock held. */
-#define PF__RING_SETTLE 4u
-static void pf__ring_follow(pf_loader *l) {
+   worker. Settled, and by the most held: with the count at the end of one
+   period and the caller's holding at that moment, a caller that takes 10
+   batches of 64 MiB before releasing them had a block freed and grown
+   again every 20-40 ms (0.7x the throughput), and a count flipping
+   between 1 and 2 workers freed and grew one every few periods (a second
+   outside trial). Lock held. */
+#define PF__RING_SETTLE 8u
+#define PF__RING_SETTLE_NS 1000000000u
+static void pf__ring_follow(pf_loader *l, uint64_t now) {
     uint32_t n = l->at.active ? l->at.active : 1u, want;
-    if (++l->at.steady < PF__RING_SETTLE || l->at.probing || l->at.help_trial || l->at.park_trial) return;
+    if (l->at.steady++ == 0) { /* a window starts */
+        l->at.steady_t0 = now;
+        l->at.held_win = 0;
+    }
+    if (l->cons.held_most > l->at.held_win) l->at.held_win = l->cons.held_most;
+    l->cons.held_most = l->cons.held;
+    if (l->at.steady < PF__RING_SETTLE || now - l->at.steady_t0 < PF__RING_SETTLE_NS || l->at.probing ||
+        l->at.help_trial || l->at.park_trial)
+        return;
     /* growing first: the growing worker writes ngrown and grown unlocked */
     if (l->ring.growing || !l->ring.ngrown || l->ring.retire_from || l->ring.grow_to > l->ring.nalloc) return;
     want = pf__ring_slots(n, &l->cfg);
-    if (want < l->cons.held + n + 1) want = l->cons.held + n + 1;
+    if (want < l->at.held_win + n + 1) want = l->at.held_win + n + 1;
     if (l->ring.grown_from[l->ring.ngrown - 1] < want) return; /* the newest block is needed */
     l->ring.shrink_to = want;
     if (l->ring.keep_to > want) l->ring.keep_to = want;
+    l->at.steady = 0; /* the next look, after as long again */
     pf__shrink_next(l);
 }
 
@@ -2834,9 +2855,11 @@ static void pf__grow(pf_loader *l) {
         for (i = from; i < to; i++) l->ring.free_stack[l->ring.nfree++] = i;
         l->ring.nalloc = to;
         l->ring.wake_batch = pf__wake_batch(to);
+        l->at.steady = 0; /* grown: wanted now, kept a while (pf__ring_follow) */
         pf__wake_all_workers(l);
         if (l->ring.shrink_to) pf__shrink_next(l); /* its trial failed meanwhile */
     }
+    pf__wake_takers(l); /* a pf_next that waited for this growth (no worker may wake it) */
     if (!ok) {
         pf__unlock_wake(l);
         pf__log(&l->cfg, PF_LOG_INFO, "autotune: could not allocate %u more slots of %llu bytes; the ring stays at %u",
@@ -2922,7 +2945,7 @@ static void pf__autotune(pf_loader *l) {
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
     idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
     pf__at_period_start(l, now, waits);
-    pf__ring_follow(l);
+    pf__ring_follow(l, now);
     /* every core busy (the process's CPU time, all its threads): more
        workers cannot make loads faster, only take turns on the cores */
     busy = cpu0 && l->at.cpu0 ? pf__sec(l->at.cpu0 - cpu0) / dt : 0;
@@ -4048,6 +4071,26 @@ static bool pf__load_inline(pf_loader *l) {
     return true;
 }
 
+/* pf_next waits for a slot as the one loader (pf__take_host): false, a
+   release came meanwhile (take again). */
+static bool pf__slot_wait_begins(pf_loader *l) {
+#if PF__SPIN_OK
+    PF__ADD_SC(&l->ring.slot_sleepers, 1u);
+    if (PF__LOAD_SC(&l->ring.released)) {
+        PF__ADD_SC(&l->ring.slot_sleepers, (uint32_t)-1);
+        return false;
+    }
+#endif
+    l->cons.slot_waits++;
+    return true;
+}
+static void pf__slot_wait_ends(pf_loader *l) {
+    l->cons.slot_waits--;
+#if PF__SPIN_OK
+    PF__ADD_SC(&l->ring.slot_sleepers, (uint32_t)-1);
+#endif
+}
+
 static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     static const pf__wait_on input = {PF__WAIT_INPUT, 0};
     bool timed_out = false;
@@ -4055,6 +4098,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         pf__slot *s = NULL;
         pf_result w;
         int r;
+        bool slot_wait;
         pf__take_released(l); /* before the held count below is read */
         if (pf__error_due(l)) return pf__show_error(l); /* another pf_next showed it while this one waited */
         r = pf__take(l, &s);
@@ -4062,7 +4106,7 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
             pf__move(&s->state, PF__FROM(PF__SLOT_READY), PF__SLOT_HELD);
             l->ring.hold_expired = false; /* batches come again: pf__taker_sleep may hold */
             PF__STORE_RELAXED(&s->ticket, ++l->cons.ticket);
-            l->cons.held++;
+            if (++l->cons.held > l->cons.held_most) l->cons.held_most = l->cons.held;
             pf__deliver(l, out, &s->b, s->data, s->ticket, s->index);
             return PF_OK;
         }
@@ -4092,6 +4136,14 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
                 continue;
             }
         }
+        /* no worker loads (pf_next alone): a growth that is due is this
+           caller's to make, as a worker's would be (an outside trial: a
+           growth asked for while a worker was growing one, then the
+           workers parked, and pf_next slept for ever) */
+        if (!l->at.active && pf__grow_due(l)) {
+            pf__grow(l);
+            continue;
+        }
         /* an epoch's end needs no slot; a batch does, and none can come */
         if (l->cons.held == l->ring.nslots ||
             (l->cons.held >= l->ring.nalloc && l->ring.grow_failed && !l->ring.growing))
@@ -4099,7 +4151,14 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
                             "pf_next: the caller holds all %u host slots (batches pf_next returned, on any "
                             "thread, not yet released); release one first (or raise cfg.host_slots: at least "
                             "one per thread calling pf_next)", (unsigned)l->cons.held);
+        /* no worker loads, and no slot is free: pf_next itself waits for
+           one, so a release on another thread must wake it, as it wakes
+           a worker short of a slot (pf__release_host's handshake: counted
+           in slot_sleepers, then it looks at the released stack) */
+        slot_wait = !l->at.active && !l->ring.nfree;
+        if (slot_wait && !pf__slot_wait_begins(l)) continue;
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
+        if (slot_wait) pf__slot_wait_ends(l);
         if (w != PF_OK) return w;
     }
 }

@@ -659,12 +659,16 @@ static void test_autotune_grows_in_huge_pages(void) {
    holds every slot left gets the block back (pf__take_host), where it
    used to wait for ever (the block's free slots were out of the free
    stack). */
-static bool ring_follow_now(pf_loader *l) { /* as after PF__RING_SETTLE quiet periods */
+/* as after PF__RING_SETTLE periods (and PF__RING_SETTLE_NS) at this count,
+   the caller holding what it holds now throughout */
+static bool ring_follow_now(pf_loader *l) {
     bool retired;
     pf__lock(&l->sync.mu);
     pf__take_released(l); /* as pf_next's frame has, before autotune looks: releases are counted */
-    l->at.steady = PF__RING_SETTLE - 1;
-    pf__ring_follow(l);
+    l->cons.held_most = l->cons.held;
+    l->at.steady = 0;
+    for (uint32_t i = 0; i < PF__RING_SETTLE; i++)
+        pf__ring_follow(l, i + 1 < PF__RING_SETTLE ? (uint64_t)i : (uint64_t)PF__RING_SETTLE_NS);
     retired = l->ring.retire_from != 0;
     pf__unlock(&l->sync.mu);
     return retired;
@@ -809,6 +813,52 @@ static void test_freed_slots_leave_the_process(void) {
     CHECKF(live - after >= 15 * 1024, "pf_destroy left %ld of the loader's %ld KiB resident", after - before,
            live - before);
 #endif
+}
+
+/* pf_next loading alone (no worker active) waits while a worker grows the
+   ring, holding every slot: the growth's end wakes it. It used to wake the
+   workers alone, who parked, and pf_next slept for ever (an outside
+   trial, 4 runs in 5 under TSan; older than the shrinking ring). */
+typedef struct grow_later {
+    pf_loader *l;
+} grow_later;
+static void *finish_growth(void *arg) {
+    grow_later *g = (grow_later *)arg;
+    t_sleep_us(100000); /* pf_next is asleep by then, or soon */
+    pf__lock(&g->l->sync.mu);
+    g->l->ring.growing = false; /* as the worker that was growing ends, it grows */
+    if (pf__grow_due(g->l)) pf__grow(g->l);
+    pf__unlock_wake(g->l);
+    return NULL;
+}
+static void test_pf_next_alone_wakes_when_the_ring_grows(void) {
+    pf_config cfg = t_config_base(1000, 1, (size_t)1 << 20, 1);
+    pf_loader *l;
+    pf_batch held[3], b;
+    grow_later g;
+    pthread_t th;
+    cfg.load = nothing;
+    cfg.autotune = 1;
+    cfg.num_workers = 4; /* a ring of up to 9 slots; pf_create makes 3 */
+    cfg.timeout_ms = 0;  /* the old code's hang: the harness's watchdog bounds it (a deadline would end the
+                            sleep, and the growth done by then would hide it) */
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    for (int k = 0; k < 3; k++) CHECK_EQ(pf_next(l, &held[k]), PF_OK);
+    pf__lock(&l->sync.mu);
+    CHECK_EQ(l->ring.nalloc, 3u);
+    l->at.active = 0;         /* pf_next loads alone: the workers park */
+    l->ring.growing = true;   /* a worker is growing the ring */
+    pf__ring_for(l, 4, false); /* and one more slot is asked for */
+    pf__unlock(&l->sync.mu);
+    g.l = l;
+    CHECK_EQ(pthread_create(&th, NULL, finish_growth, &g), 0);
+    CHECK_EQ(pf_next(l, &b), PF_OK); /* waits for the growth, then loads into it */
+    CHECK_EQ(b.batch, 3u);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(pf_release(l, &b), PF_OK);
+    for (int k = 0; k < 3; k++) CHECK_EQ(pf_release(l, &held[k]), PF_OK);
+    pf_destroy(l);
 }
 
 /* End to end: starved, the ring grows with the workers; then loads turn
@@ -2661,6 +2711,7 @@ static const h_test tests[] = {
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
     {"freed_slots_leave_the_process", test_freed_slots_leave_the_process},
+    {"pf_next_alone_wakes_when_the_ring_grows", test_pf_next_alone_wakes_when_the_ring_grows},
     {"failed_spin_probes_back_off", test_failed_spin_probes_back_off},
     {"autotune_ring_shrinks_when_the_count_settles_lower", test_autotune_ring_shrinks_when_the_count_settles_lower},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
