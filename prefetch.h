@@ -1587,6 +1587,8 @@ typedef struct pf__tuner {
     uint32_t steady;       /* periods since the count or the ring last changed (pf__ring_follow) */
     uint64_t steady_t0;    /* ...the first of them began */
     uint32_t held_win;     /* the most the caller held at once in them */
+    uint32_t peak_n;       /* the most workers a period ended with, lately... */
+    uint64_t peak_t;       /* ...the last time it did (PF__RING_PEAK_NS) */
     double inline_load;    /* the load per batch when pf_next took the loads
                               over (or when that did not pay: inline_failed) */
     bool inline_failed;
@@ -2754,11 +2756,21 @@ static void pf__shrink(pf_loader *l) {
    batches of 64 MiB before releasing them had a block freed and grown
    again every 20-40 ms (0.7x the throughput), and a count flipping
    between 1 and 2 workers freed and grew one every few periods (a second
-   outside trial). Lock held. */
+   outside trial). And by the most workers that ran lately, not the count
+   alone: with CPU loads flipping it between 1 and 3 every second or two,
+   the ring went 7 -> 3 -> 7 slots of 4 MiB each time, the shrink itself
+   (a worker unmapping 16 MiB) making the consumer wait, which grew the
+   count again. Lock held. */
 #define PF__RING_SETTLE 8u
 #define PF__RING_SETTLE_NS 1000000000u
+#define PF__RING_PEAK_NS ((uint64_t)4000000000u)
 static void pf__ring_follow(pf_loader *l, uint64_t now) {
     uint32_t n = l->at.active ? l->at.active : 1u, want;
+    if (n >= l->at.peak_n || now - l->at.peak_t > PF__RING_PEAK_NS) {
+        l->at.peak_n = n;
+        l->at.peak_t = now;
+    }
+    n = l->at.peak_n;
     if (l->at.steady++ == 0) { /* a window starts */
         l->at.steady_t0 = now;
         l->at.held_win = 0;

@@ -667,6 +667,7 @@ static bool ring_follow_now(pf_loader *l) {
     pf__take_released(l); /* as pf_next's frame has, before autotune looks: releases are counted */
     l->cons.held_most = l->cons.held;
     l->at.steady = 0;
+    l->at.peak_n = 0; /* no more workers ran lately */
     for (uint32_t i = 0; i < PF__RING_SETTLE; i++)
         pf__ring_follow(l, i + 1 < PF__RING_SETTLE ? (uint64_t)i : (uint64_t)PF__RING_SETTLE_NS);
     retired = l->ring.retire_from != 0;
@@ -873,9 +874,9 @@ static void test_autotune_ring_shrinks_when_the_count_settles_lower(void) {
     uint32_t peak = 0, k;
     phased_init(&p);
     p.slow = 1;
-    cfg = phased_big_config(&p, &c, 3000);
+    cfg = phased_big_config(&p, &c, 5000);
     CHECK_EQ(t_create(&c, &cfg), PF_OK);
-    for (k = 0; k < 3000; k++) { /* bounded: 6 s of steps; 1000-1150 batches under TSan */
+    for (k = 0; k < 5000; k++) { /* bounded: 10 s of steps */
         pf_batch b;
         CHECK_EQ(pf_next(c.l, &b), PF_OK);
         CHECK_EQ(b.batch, k);
