@@ -3119,7 +3119,7 @@ static void pf__autotune(pf_loader *l) {
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (l->ring.capped) { /* loads never sleep: no more loading at once than CPUs (pf__cap_n) */
         uint32_t n = pf__cap_n(l);
-        if (n < hi) hi = n > 0 ? n : 1;
+        if (n < hi) hi = n; /* at least 1: pf__cap_n never says 0 */
         if (l->at.active > hi) {
             l->at.probing = false;
             pf__set_active(l, hi, "loads never sleep: no more workers than CPUs", waited, thr);

@@ -820,23 +820,19 @@ static void test_freed_slots_leave_the_process(void) {
    ring, holding every slot: the growth's end wakes it. It used to wake the
    workers alone, who parked, and pf_next slept for ever (an outside
    trial, 4 runs in 5 under TSan; older than the shrinking ring). */
-typedef struct grow_later {
-    pf_loader *l;
-} grow_later;
 static void *finish_growth(void *arg) {
-    grow_later *g = (grow_later *)arg;
+    pf_loader *l = (pf_loader *)arg;
     t_sleep_us(100000); /* pf_next is asleep by then, or soon */
-    pf__lock(&g->l->sync.mu);
-    g->l->ring.growing = false; /* as the worker that was growing ends, it grows */
-    if (pf__grow_due(g->l)) pf__grow(g->l);
-    pf__unlock_wake(g->l);
+    pf__lock(&l->sync.mu);
+    l->ring.growing = false; /* as the worker that was growing ends, it grows */
+    if (pf__grow_due(l)) pf__grow(l);
+    pf__unlock_wake(l);
     return NULL;
 }
 static void test_pf_next_alone_wakes_when_the_ring_grows(void) {
     pf_config cfg = t_config_base(1000, 1, (size_t)1 << 20, 1);
     pf_loader *l;
     pf_batch held[3], b;
-    grow_later g;
     pthread_t th;
     cfg.load = nothing;
     cfg.autotune = 1;
@@ -852,8 +848,7 @@ static void test_pf_next_alone_wakes_when_the_ring_grows(void) {
     l->ring.growing = true;   /* a worker is growing the ring */
     pf__ring_for(l, 4, false); /* and one more slot is asked for */
     pf__unlock(&l->sync.mu);
-    g.l = l;
-    CHECK_EQ(pthread_create(&th, NULL, finish_growth, &g), 0);
+    CHECK_EQ(pthread_create(&th, NULL, finish_growth, l), 0);
     CHECK_EQ(pf_next(l, &b), PF_OK); /* waits for the growth, then loads into it */
     CHECK_EQ(b.batch, 3u);
     CHECK_EQ(pthread_join(th, NULL), 0);
