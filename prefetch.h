@@ -3318,7 +3318,8 @@ static void pf__index_batch(pf_loader *l, pf__slot *s) {
    paid that chain between every two copies, and the copies no longer
    overlapped. The run's chains are independent of each other. Shuffled
    4 KiB batches loaded by pf_next alone on the 2-core VM: see
-   bench/README.md (2026-11-24, thirteenth session). */
+   bench/README.md (2026-11-24, thirteenth session); pf_next alone now
+   loads those one at a time (PF__ALONE_RUN_BYTES), as fast. */
 static void pf__index_run(pf_loader *l, pf__slot *const *run, uint32_t nrun) {
     uint32_t k;
     if (nrun < 2) return; /* a single load computes its own (pf__fill_job) */
@@ -3464,13 +3465,29 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
    to 0.60 us a batch on the 2-core VM (16: 0.66), 16 KiB from 1.15 to
    0.96-1.04. Lock held. */
 #define PF__RUN_LOAD_NS 2000u
+/* pf_next loading alone (no worker active) takes the lock uncontended,
+   and a single load goes to the slot the caller just released, still in
+   its cache; a run's copies go to a slot each, out of the L1 cache with
+   the source streaming beside them. 4 KiB batches in order, pf_next
+   alone on the 2-core VM, alternated: runs of up to 32 0.36-0.58 us a
+   batch, one at a time 0.19-0.20 (autotune 0.35-0.45 -> 0.20-0.23; the
+   inline loop 0.14-0.15); 256-byte batches 0.11-0.13 either way, shuffled
+   4 KiB 0.84-0.89 either way. A run of PF__ALONE_RUN_BYTES at most: one
+   4 KiB batch, 16 of 256 bytes. */
+#define PF__ALONE_RUN_BYTES 4096u
 static uint32_t pf__run_len(const pf_loader *l, uint64_t est, bool by_caller) {
     uint32_t share, loaders;
     if (!est || est >= PF__RUN_LOAD_NS) return 1;
     /* the active workers share the slots, and pf_next where it may load
        (or where it is the one loading) */
     loaders = by_caller ? l->at.active + 1u : (l->at.active ? l->at.active : 1u) + (pf__may_load(l) ? 1u : 0u);
-    share = (l->ring.nfree + 1) / loaders; /* + 1: the slot just claimed */
+    /* a worker asks with its first slot claimed (+ 1), pf_next before its
+       claim: counted in, one free slot made a "run" of one, timed as a run
+       (two clock reads every load, where 1 load in 16 reads two) */
+    share = (l->ring.nfree + !by_caller) / loaders;
+    /* pf_next loading alone: PF__ALONE_RUN_BYTES (above) */
+    if (by_caller && !l->at.active && share > PF__ALONE_RUN_BYTES / l->stride)
+        share = (uint32_t)(PF__ALONE_RUN_BYTES / l->stride);
     return share < 1 ? 1 : share > PF__RUN_MAX ? PF__RUN_MAX : share;
 }
 

@@ -1354,6 +1354,42 @@ static void test_pf_next_loads_in_runs(void) {
     run_pf_next_runs(true, 150);
 }
 
+/* How many batches a run claims: pf_next asks before its first claim, a
+   worker after it (pf_next counted one slot too many: a single free slot
+   made a "run", read the clock twice a load); pf_next loading alone keeps
+   a run within PF__ALONE_RUN_BYTES (a run's copies, a slot each, leave
+   the L1 cache; a single load goes to the slot just released). */
+static void test_run_len_counts_what_is_free(void) {
+    fail_at f = {UINT64_MAX, 0};
+    pf_loader *l = t_runs_loader(100, id_or_fail_load, &f, false); /* 8-byte batches: a 256-byte stride */
+    pf_loader *big = t_pf_next_loader_with(100, 4096, id_or_fail_load, &f, 16, false);
+    uint32_t nfree, want;
+    if (!l || !big) return;
+    pf__lock(&l->sync.mu);
+    nfree = l->ring.nfree;
+    CHECKF(nfree >= 2, "%u free slots", (unsigned)nfree);
+    want = nfree < 4096u / (uint32_t)l->stride ? nfree : 4096u / (uint32_t)l->stride;
+    CHECK_EQ(pf__run_len(l, 1, true), want); /* alone: every free slot, up to 4 KiB of them */
+    l->ring.nfree = 1;
+    CHECK_EQ(pf__run_len(l, 1, true), 1u); /* not 2 */
+    l->ring.nfree = nfree;
+    l->at.active = 1; /* a worker beside it: half each, pf_next's before its claim */
+    CHECK_EQ(pf__run_len(l, 1, true), nfree / 2 > 1 ? nfree / 2 : 1u);
+    want = (nfree + 1) / (pf__may_load(l) ? 2u : 1u); /* the worker's, its first slot claimed */
+    CHECK_EQ(pf__run_len(l, 1, false), want < 32u ? want : 32u);
+    l->at.active = 0;
+    pf__unlock(&l->sync.mu);
+    pf__lock(&big->sync.mu);
+    CHECKF(big->ring.nfree >= 2, "%u free slots", (unsigned)big->ring.nfree);
+    CHECK_EQ(pf__run_len(big, 1, true), 1u); /* alone, 4 KiB batches: one at a time */
+    big->at.active = 1;
+    CHECK_EQ(pf__run_len(big, 1, true), big->ring.nfree / 2 > 1 ? big->ring.nfree / 2 : 1u);
+    big->at.active = 0;
+    pf__unlock(&big->sync.mu);
+    pf_destroy(big);
+    pf_destroy(l);
+}
+
 /* Loads that turn dear in the middle of pf_next's run end the run: one
    pf_next waits for at most 4 of them (the clock is read after a run's
    first two loads and every fourth), and what the run claimed but did not
@@ -2708,6 +2744,7 @@ static const h_test tests[] = {
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
     {"freed_slots_leave_the_process", test_freed_slots_leave_the_process},
     {"pf_next_alone_wakes_when_the_ring_grows", test_pf_next_alone_wakes_when_the_ring_grows},
+    {"run_len_counts_what_is_free", test_run_len_counts_what_is_free},
     {"failed_spin_probes_back_off", test_failed_spin_probes_back_off},
     {"autotune_ring_shrinks_when_the_count_settles_lower", test_autotune_ring_shrinks_when_the_count_settles_lower},
     {"a_failed_load_reaches_every_consumer", test_a_failed_load_reaches_every_consumer},
