@@ -1232,6 +1232,7 @@ typedef struct pf__plan {
     uint64_t blocks;    /* block shuffle: full blocks (the tail block stays last) */
     pf__perm perm;      /* samples, or blocks with block shuffle              */
     pf__perm tail;      /* block shuffle: the short last block                */
+    uint64_t rng_key;   /* job->rng's part fixed for the epoch (pf__job_rng)  */
 } pf__plan;
 
 static void pf__plan_init(pf__plan *p, const pf_config *c, uint64_t epoch, uint64_t n, uint64_t start,
@@ -1240,6 +1241,9 @@ static void pf__plan_init(pf__plan *p, const pf_config *c, uint64_t epoch, uint6
     p->epoch = epoch;
     p->n = n;
     p->start = start;
+    /* three of job->rng's four mixes, once an epoch: a chain of them per
+       batch was 5% of a 4 KiB batch loaded by pf_next alone */
+    p->rng_key = pf__mix(pf__mix(pf__mix(c->seed) ^ epoch) ^ c->rank);
     p->first = first_batch * c->batch_size;
     p->per_rank = p->first + (c->drop_last ? rest / w : (rest + w - 1) / w);
     p->nbatches = c->drop_last ? p->per_rank / c->batch_size
@@ -1280,9 +1284,7 @@ static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j
     return c->shuffle_block > 1 ? pf__block_order(p, c, pos) : pf__perm_apply(&p->perm, pos);
 }
 
-static uint64_t pf__job_rng(const pf_config *c, uint64_t epoch, uint64_t batch) {
-    return pf__mix(pf__mix(pf__mix(pf__mix(c->seed) ^ epoch) ^ c->rank) ^ batch);
-}
+static uint64_t pf__job_rng(const pf__plan *p, uint64_t batch) { return pf__mix(p->rng_key ^ batch); }
 
 /* >>types ----------------------------------------------------------------- */
 enum {
@@ -1447,10 +1449,13 @@ typedef struct pf__ring {
        other core: pf__claim's read of `order` was a third of its time) */
     char line_fixed[PF__LINE];
     uint32_t nslots;
+    uint32_t order_mask;         /* the power of two at or over nslots, less 1 */
     pf__slot *slots;
     uint32_t *free_stack;
-    uint32_t *order;             /* in order: order[seq % nslots] = slot + 1, from
-                                    its claim until it is taken */
+    uint32_t *order;             /* in order: order[seq & order_mask] = slot + 1,
+                                    from its claim until it is taken (a mask,
+                                    not % nslots: two divisions a batch were
+                                    a few % of a 4 KiB batch pf_next loaded) */
     uint32_t *ready_fifo;        /* unordered: ready slots, as finished */
     char *msgs;
     uint64_t *index_mem;         /* each slot's indices, host then device slots */
@@ -2435,7 +2440,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
         s->result = PF_OK;
         s->started_ns = now;
         if (!l->cfg.unordered) {
-            l->ring.order[s->seq % l->ring.nslots] = s->index + 1;
+            l->ring.order[s->seq & l->ring.order_mask] = s->index + 1;
             /* a taker spinning for this very batch watched no flag (there
                was no slot yet, pf__early_news): it looks again */
             if (s->seq == l->take.taken && l->sync.spinning[l->ops->taker]) pf__pulse(l, l->ops->taker);
@@ -2453,7 +2458,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
    seqs from the next taken to the last claimed each hold a slot, so no two
    of them share an entry. */
 static pf__slot *pf__in_order_slot(const pf_loader *l, uint64_t seq, int state) {
-    uint32_t o = l->ring.order[seq % l->ring.nslots];
+    uint32_t o = l->ring.order[seq & l->ring.order_mask];
     pf__slot *s = o ? &l->ring.slots[o - 1] : NULL;
     return s && s->state == state && s->seq == seq ? s : NULL;
 }
@@ -2596,7 +2601,7 @@ static int pf__take_ready(pf_loader *l, pf__slot **out) {
     if (!l->cfg.unordered) {
         s = pf__in_order_next(l, PF__SLOT_READY);
         if (!s) return PF__WAIT; /* not claimed yet, or loading */
-        l->ring.order[l->take.taken % l->ring.nslots] = 0;
+        l->ring.order[l->take.taken & l->ring.order_mask] = 0;
     } else {
         uint32_t i;
         for (i = 0; i < l->ring.ready_count; i++) {
@@ -3309,7 +3314,7 @@ static void pf__index_batch(pf_loader *l, pf__slot *s) {
     PF_ASSERT(p->epoch == s->b.epoch); /* planned before it was claimed: never NULL */
     s->b.count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
     for (i = 0; i < s->b.count; i++) s->b.indices[i] = pf__plan_index(p, &l->cfg, first + i);
-    s->b.rng = pf__job_rng(&l->cfg, s->b.epoch, s->b.batch);
+    s->b.rng = pf__job_rng(p, s->b.batch);
     s->indexed = true;
 }
 /* A run's indices, all before its first load. A shuffled index is a chain
@@ -6097,7 +6102,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     size_t o_slots, o_free, o_order, o_fifo, o_msgs, o_index, o_plans, o_workers, o_ckdone, o_skip, o_samples, o_grown;
     size_t e_index, e_samples; /* where the index and sample words end */
     size_t o_backend[PF__BACKEND_OFFSETS] = {0};
-    uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i;
+    uint32_t nslots = c->host_slots, plan_cap = c->host_slots + 2, i, order_n = 1;
     uint32_t dslots = ops->extra_slots ? ops->extra_slots(c) : 0;
     /* unordered: the lead cap and done set span what this backend can have
        in flight (a host slot or a device slot each), or the token's done
@@ -6110,7 +6115,8 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     pf__reserve(&lay, 1, sizeof(pf_loader));
     o_slots = pf__reserve(&lay, nslots, sizeof(pf__slot));
     o_free = pf__reserve(&lay, nslots, sizeof(uint32_t));
-    o_order = pf__reserve(&lay, nslots, sizeof(uint32_t));
+    while (order_n < nslots) order_n *= 2; /* nslots <= PF__MAX_SLOTS */
+    o_order = pf__reserve(&lay, order_n, sizeof(uint32_t));
     o_fifo = pf__reserve(&lay, nslots, sizeof(uint32_t));
     o_msgs = pf__reserve(&lay, nslots, PF__MSG_SIZE);
     /* count and element size apart: pf__reserve checks the product (a
@@ -6154,6 +6160,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->ring.slots = (pf__slot *)(base + o_slots);
     l->ring.free_stack = (uint32_t *)(base + o_free);
     l->ring.order = (uint32_t *)(base + o_order);
+    l->ring.order_mask = order_n - 1;
     l->ring.ready_fifo = (uint32_t *)(base + o_fifo);
     l->ring.msgs = (char *)(base + o_msgs);
     l->ring.index_mem = (uint64_t *)(base + o_index);

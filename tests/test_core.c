@@ -276,6 +276,10 @@ static void test_same_order_and_rng_for_1_2_7_workers(void) {
     CHECK(same_run(&r1, &r7));
     /* rng differs between batches */
     CHECK(r1.v[0].rng != r1.v[1].rng && r1.v[0].rng != r1.v[33].rng);
+    /* and is what it always was, from (seed, epoch, rank, batch): a run
+       saved by an older version resumes with the same draws */
+    for (size_t k = 0; k < r1.n; k++)
+        CHECK_EQ(r1.v[k].rng, pf__mix(pf__mix(pf__mix(pf__mix(99) ^ r1.v[k].epoch) ^ 0) ^ r1.v[k].batch));
     t_run_free(&r1);
     t_run_free(&r2);
     t_run_free(&r7);
