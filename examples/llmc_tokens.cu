@@ -431,12 +431,24 @@ static int run_bench(int quick) {
            (unsigned long long)(2 * ntok >> 20), T);
     for (size_t b = 0; b < sizeof Bs / sizeof Bs[0]; b++) {
         uint32_t B = Bs[b];
-        double base = bench_llmc_way(pattern, B, T, UINT64_MAX, in, tg);
+        double base = 0, best[3] = {0, 0, 0};
+        /* best of 5, the ways interleaved: a shared machine's slow spell
+           would otherwise fall on one way and not the other (a single
+           run each read B=64 at 0.78x in one `make bench`, 1.32x in the
+           one before) */
+        for (int rep = 0; rep < 5; rep++) { /* a run is 10-40 ms */
+            double r = bench_llmc_way(pattern, B, T, UINT64_MAX, in, tg);
+            if (r > base) base = r;
+            for (uint32_t w = 1, k = 0; w <= 4; w *= 2, k++) {
+                r = bench_loader(pattern, B, T, w, in, tg);
+                if (r > best[k]) best[k] = r;
+            }
+        }
         printf("{\"bench\":\"llmc\",\"B\":%u,\"T\":%u,\"way\":\"llm.c in-thread\",\"tokens_per_s\":%.0f,"
                "\"bytes_per_step_to_gpu\":%llu}\n", B, T, base, (unsigned long long)2 * B * T * 4);
         printf("  B=%-3u llm.c in-thread (fseek/fread + widen): %6.0f M tokens/s\n", B, base / 1e6);
-        for (uint32_t w = 1; w <= 4; w *= 2) {
-            double r = bench_loader(pattern, B, T, w, in, tg);
+        for (uint32_t w = 1, k = 0; w <= 4; w *= 2, k++) {
+            double r = best[k];
             printf("{\"bench\":\"llmc\",\"B\":%u,\"T\":%u,\"way\":\"prefetch.h\",\"workers\":%u,\"tokens_per_s\":%.0f,"
                    "\"bytes_per_step_to_gpu\":%llu}\n", B, T, w, r, (unsigned long long)((uint64_t)B * T + 1) * 2);
             printf("  B=%-3u prefetch.h, %u worker%s:                %6.0f M tokens/s  %.2fx\n", B, w, w > 1 ? "s" : " ",
