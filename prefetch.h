@@ -3475,8 +3475,8 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
    its cache; a run's copies go to a slot each, out of the L1 cache with
    the source streaming beside them. 4 KiB batches in order, pf_next
    alone on the 2-core VM, alternated: runs of up to 32 0.36-0.58 us a
-   batch, one at a time 0.19-0.20 (autotune 0.35-0.45 -> 0.20-0.23; the
-   inline loop 0.14-0.15); 256-byte batches 0.11-0.13 either way, shuffled
+   batch, one at a time 0.19-0.24 (autotune 0.34-0.48 -> 0.20-0.29; the
+   inline loop 0.14-0.15); 256-byte batches 0.10-0.15 either way, shuffled
    4 KiB 0.84-0.89 either way. A run of PF__ALONE_RUN_BYTES at most: one
    4 KiB batch, 16 of 256 bytes. */
 #define PF__ALONE_RUN_BYTES 4096u
@@ -3487,8 +3487,9 @@ static uint32_t pf__run_len(const pf_loader *l, uint64_t est, bool by_caller) {
        (or where it is the one loading) */
     loaders = by_caller ? l->at.active + 1u : (l->at.active ? l->at.active : 1u) + (pf__may_load(l) ? 1u : 0u);
     /* a worker asks with its first slot claimed (+ 1), pf_next before its
-       claim: counted in, one free slot made a "run" of one, timed as a run
-       (two clock reads every load, where 1 load in 16 reads two) */
+       claim (it counted its own slot in: one free slot asked for a run of
+       two, timed as a run, two clock reads every load where 1 load in 16
+       reads two) */
     share = (l->ring.nfree + !by_caller) / loaders;
     /* pf_next loading alone: PF__ALONE_RUN_BYTES (above) */
     if (by_caller && !l->at.active && share > PF__ALONE_RUN_BYTES / l->stride)
