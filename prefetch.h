@@ -1685,6 +1685,7 @@ struct pf_loader {
     pf_config cfg;      /* defaults filled in; fixed after pf_create */
     const pf__backend_ops *ops; /* its backend (ops->backend), chosen in pf_create */
     size_t stride;      /* a slot's bytes, aligned */
+    uint32_t alone_run; /* the slots in PF__ALONE_RUN_BYTES (pf__run_len) */
     /* the fields above are read for every load (cfg.load, cfg.user, the
        bad-sample fields at its end): not on the lock's line, which the
        block's alignment (malloc's 16 bytes) could otherwise give them; the
@@ -3492,8 +3493,7 @@ static uint32_t pf__run_len(const pf_loader *l, uint64_t est, bool by_caller) {
        reads two) */
     share = (l->ring.nfree + !by_caller) / loaders;
     /* pf_next loading alone: PF__ALONE_RUN_BYTES (above) */
-    if (by_caller && !l->at.active && share > PF__ALONE_RUN_BYTES / l->stride)
-        share = (uint32_t)(PF__ALONE_RUN_BYTES / l->stride);
+    if (by_caller && !l->at.active && share > l->alone_run) share = l->alone_run;
     return share < 1 ? 1 : share > PF__RUN_MAX ? PF__RUN_MAX : share;
 }
 
@@ -6155,6 +6155,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->ops = ops;
     l->cons.ticket = l->cons.ticket0 = pf__ticket_start(l);
     l->stride = stride;
+    l->alone_run = (uint32_t)(PF__ALONE_RUN_BYTES / stride); /* once, not a division a load */
     l->ring.nslots = nslots;
     l->sync.fail_seq = UINT64_MAX;
     l->claim.plan_cap = plan_cap;
