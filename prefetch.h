@@ -4888,6 +4888,8 @@ static void pf__push_item(pf_loader *l, int kind, uint32_t slot) {
    may never have happened). The first failure's message is kept; every
    thread that might wait on it is woken. Only the consumer's own calls
    write pf_error's text (lock held, any thread). */
+/* A CUDA error: no copy in flight can be trusted to land (CUDA backend). */
+static bool pf__copies_dead(const pf_loader *l) { return l->error.code == PF_ERR_CUDA; }
 static void pf__cuda_fatal(pf_loader *l, int by, const char *msg) {
     pf__set_error(l, PF_ERR_CUDA, by, true, l->cons.epoch, l->cons.batch, "%s", msg);
     l->cu->stager_done = true;
@@ -5100,7 +5102,12 @@ static PF__THREAD_FN pf__retire_main(void *arg) {
     char logmsg[PF__MSG_SIZE] = "";
     cudaError_t e;
     pf__helper_begin(l, PF__BY_RETIRER, "retirer", logmsg, sizeof logmsg);
-    while (!l->sync.stopping && !pf__error_due(l)) {
+    /* A failed load stops the pipeline, but copies already in flight still
+       land, and a batch the caller holds may be waited for (pf_batch_wait):
+       only a CUDA error (the copies cannot be trusted) ends the retiring.
+       An outside trial held batch 0, saw batch 1 fail, and pf_batch_wait
+       on batch 0 failed for ever with batch 1's error. */
+    while (!l->sync.stopping && !pf__copies_dead(l)) {
         pf__flight f;
         if (cu->flight_count == 0) {
             pf__wait(l, PF__ROLE_RETIRER, NULL);
@@ -5393,7 +5400,7 @@ static pf_result pf__batch_wait_cuda(pf_loader *l, const pf_batch *b) {
     pf__lock(&l->sync.mu);
     r = pf__check_batch(l, b, "pf_batch_wait", l->cfg.device_slots, pf__device_ticket);
     while (r == PF_OK && !l->cu->dslots[b->pf__slot].landed) {
-        if (pf__error_due(l)) {
+        if (pf__copies_dead(l)) { /* else it lands (the retirer goes on: pf__retire_main) */
             r = pf__fail(l, (pf_result)l->error.code, "pf_batch_wait: %s", l->error.msg);
             break;
         }

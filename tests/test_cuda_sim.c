@@ -2114,6 +2114,37 @@ static void test_batch_wait_lands_the_copy_for_the_host(void) {
     t_load_free(&t);
 }
 
+/* A failed load stops the pipeline, not the copies already in flight: a
+   batch the caller holds can still be waited for and read on the host
+   (an outside trial: pf_batch_wait on batch 0 failed for ever with batch
+   1's load error, the retirer having stopped at it). */
+static void test_batch_wait_after_a_later_load_failed(void) {
+    for (int rep = 0; rep < 6; rep++) {
+        tload t;
+        tcons c;
+        pf_config cfg;
+        pf_batch held, b;
+        t_load_init(&t);
+        t.fail_epoch = 0;
+        t.fail_batch = 1;
+        t_sim_delay_us = rep % 2 ? 2000 : 200; /* the copy of batch 0 still in flight, or landed */
+        t_begin(&c, h_seed + (uint64_t)rep);
+        cfg = t_config(&t, 40, 4, 2);
+        CHECK_EQ(t_create(&c, &cfg), PF_OK);
+        CHECK_EQ(pf_next(c.l, &held), PF_OK);
+        CHECK_EQ(pf_next(c.l, &b), PF_ERR_LOAD);
+        CHECK(strstr(pf_error(c.l), "synthetic failure") != NULL);
+        CHECK_EQ(pf_batch_wait(c.l, &held), PF_OK);
+        cudaSimHostRead(held.data, held.bytes); /* ordered after the copy only if it really waited */
+        t_verify(&c, (const uint64_t *)held.data, held.bytes, held.epoch, held.batch, held.count, held.rng, held.indices);
+        CHECK_EQ(pf_release(c.l, &held), PF_OK);
+        CHECK_EQ(pf_next(c.l, &b), PF_ERR_LOAD); /* the error stays */
+        t_end(&c);
+        t_load_free(&t);
+    }
+    t_sim_delay_us = 40;
+}
+
 /* ---- faults ---- */
 
 static void test_runtime_cuda_failures_surface_from_pf_next(void) {
@@ -2477,6 +2508,7 @@ static void test_one_loader_per_gpu_in_one_process(void) {
 
 static const h_test tests[] = {
     {"rig_flags_consume_without_copy_wait", test_rig_flags_consume_without_copy_wait},
+    {"batch_wait_after_a_later_load_failed", test_batch_wait_after_a_later_load_failed},
     {"rig_flags_copy_before_release", test_rig_flags_copy_before_release},
     {"rig_flags_refill_during_dma", test_rig_flags_refill_during_dma},
     {"rig_flags_pageable_source", test_rig_flags_pageable_source},
