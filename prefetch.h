@@ -1884,6 +1884,7 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
 }
 
 static bool pf__rd_hooks_any_thread(const pf_config *c); /* >>readers */
+static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n); /* >>readers */
 
 /* May a load run on pf_next's thread? Not with the caller's own per-thread
    hooks: their state belongs to worker threads. A reader's own (its read
@@ -6298,6 +6299,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
     if (!cfg) return (pf__format(why, n, "pf_create: cfg is NULL"), PF_ERR_INVALID_ARG);
     c = pf_config_defaults(cfg);
     r = pf__check_config(cfg, &c, why, n);
+    if (r == PF_OK) r = pf__rd_fit(&c, why, n); /* a reader's bookkeeping for this config */
     if (r != PF_OK) return r;
     memset(&rs, 0, sizeof rs);
     if (c.resume) { /* checked before anything is allocated; read again into the loader (pf__resume_at) */
@@ -7429,29 +7431,93 @@ static int pf__rec_load(void *user, pf_job *job) {
     return 0;
 }
 
-PF_API void pf_records_close(pf_records *r) {
-    pf_allocator al;
+/* Every view let go of (a file closes as the last view holding it lets
+   go), and the ring and the file cache freed. */
+static void pf__rec_views_free(pf_records *r) {
+    const pf_allocator *al = &r->rd.al;
     uint32_t i;
-    if (!r) return;
-    al = r->rd.al;
-    if (r->views)
-        for (i = 0; i < r->keep; i++)
-            if (r->views[i].files) pf__rec_view_clear(r, &r->views[i]);
-    if (r->views)
-        for (i = 0; i < r->keep; i++) {
-            pf__rd_free(&al, r->views[i].files);
-            pf__rd_free(&al, r->views[i].first);
-        }
+    for (i = 0; r->views && i < r->keep; i++) {
+        if (r->views[i].files) pf__rec_view_clear(r, &r->views[i]);
+        pf__rd_free(al, r->views[i].files);
+        pf__rd_free(al, r->views[i].first);
+    }
     while (r->ncache) { /* none left normally: each view let go of its own */
         pf__rec_file *f = r->cache[--r->ncache];
         if (f->fd >= 0) close(f->fd);
-        pf__rd_free(&al, f->path);
-        pf__rd_free(&al, f);
+        pf__rd_free(al, f->path);
+        pf__rd_free(al, f);
     }
-    pf__rd_free(&al, r->cache);
-    pf__rd_free(&al, r->views);
+    pf__rd_free(al, r->cache);
+    pf__rd_free(al, r->views);
+    r->views = NULL;
+    r->cache = NULL;
+    r->keep = r->cache_cap = 0;
+}
+
+/* A ring of keep views, and a file cache every view's files fit in (all
+   different at worst), in place of the ones there, whose views are let go
+   of: at the open, and at pf_create before the loader plans an epoch.
+   false: out of memory, the ring as it was. */
+static bool pf__rec_ring(pf_records *r, uint32_t keep) {
+    const pf_allocator *al = &r->rd.al;
+    uint32_t files = r->c.max_files, i, made = 0;
+    pf__rec_view *views = (pf__rec_view *)pf__rd_calloc(al, keep, sizeof *views);
+    pf__rec_file **cache = (pf__rec_file **)pf__rd_calloc(al, (size_t)keep * files, sizeof *cache);
+    bool ok = views && cache;
+    for (; ok && made < keep; made++) {
+        views[made].files = (pf__rec_file **)pf__rd_calloc(al, files, sizeof(pf__rec_file *));
+        views[made].first = (uint64_t *)pf__rd_calloc(al, (size_t)files + 1, sizeof(uint64_t));
+        ok = views[made].files && views[made].first;
+    }
+    if (!ok) {
+        for (i = 0; views && i < made; i++) { /* made: the failed one too, partly */
+            pf__rd_free(al, views[i].files);
+            pf__rd_free(al, views[i].first);
+        }
+        pf__rd_free(al, views);
+        pf__rd_free(al, cache);
+        return false;
+    }
+    pf__rec_views_free(r);
+    r->views = views;
+    r->keep = keep;
+    r->cache = cache;
+    r->cache_cap = keep * files;
+    return true;
+}
+
+PF_API void pf_records_close(pf_records *r) {
+    pf_allocator al;
+    if (!r) return;
+    al = r->rd.al;
+    pf__rec_views_free(r);
     if (r->mu_ok) pf__mutex_destroy(&r->mu);
     pf__rd_free(&al, r);
+}
+
+/* pf_create's word with a reader, before anything is planned: a growing
+   record list keeps a view for every epoch a load may still need, and that
+   is host_slots + 3 of the config pf_create got (pf__rec_view's comment).
+   The open sized the ring by the config as it was then: before it set
+   cfg.batch_bytes (a small batch's ring holds up to 64 slots, not
+   2 * workers + 1), or before the caller set host_slots or the workers.
+   With too few views an outside trial's epochs of one batch read files
+   of another epoch (30-87 wrong samples a run, no error), and a view was
+   rebuilt under a load still reading it. The ring is made anew (with
+   nothing planned, no view is in use). One loader at a time per reader. */
+static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) {
+    pf_records *r = (pf_records *)c->user;
+    uint32_t keep = c->host_slots + 3;
+    bool ok;
+    if (c->load != pf__rec_load || !r->c.path_fn || r->keep >= keep) return PF_OK;
+    pf__lock(&r->mu);
+    ok = pf__rec_ring(r, keep);
+    pf__unlock(&r->mu);
+    if (!ok)
+        return (pf__format(why, n, "pf_create: pf_records: " PF__RD_OOM " for %u epochs' file lists of up to %u files "
+                                   "(host_slots + 3 of them)", pf__rd_refused, (unsigned)keep, (unsigned)r->c.max_files),
+                PF_ERR_NO_MEMORY);
+    return PF_OK;
 }
 
 PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf_records **out) {
@@ -7485,17 +7551,9 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     r->rd.log = cfg->log;
     r->rd.log_user = cfg->log_user;
     if (r->c.direct && !r->direct) pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: no O_DIRECT here; reading through the page cache");
-    r->keep = r->c.path_fn ? pf_config_defaults(cfg).host_slots + 3 : 1;
     files = r->c.max_files;
-    r->views = (pf__rec_view *)pf__rd_calloc(&al, r->keep, sizeof *r->views);
-    r->cache_cap = r->keep * files; /* every view's files, all different at worst */
-    r->cache = (pf__rec_file **)pf__rd_calloc(&al, r->cache_cap, sizeof(pf__rec_file *)); /* pointers to the files */
-    if (!r->views || !r->cache) goto no_memory;
-    for (i = 0; i < r->keep; i++) {
-        r->views[i].files = (pf__rec_file **)pf__rd_calloc(&al, files, sizeof(pf__rec_file *));
-        r->views[i].first = (uint64_t *)pf__rd_calloc(&al, (size_t)files + 1, sizeof(uint64_t));
-        if (!r->views[i].files || !r->views[i].first) goto no_memory;
-    }
+    /* pf_create makes it host_slots + 3 views as the config is then (pf__rd_fit) */
+    if (!pf__rec_ring(r, r->c.path_fn ? pf_config_defaults(cfg).host_slots + 3 : 1)) goto no_memory;
     if (pf__mutex_init(&r->mu) != 0) {
         pf_records_close(r);
         return (pf__format(why, n, "pf_records_open: could not initialise a mutex"), PF_ERR_THREAD);
@@ -8202,6 +8260,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
 }
 #else /* no POSIX here: the readers are there, and say what they need */
 static bool pf__rd_hooks_any_thread(const pf_config *c) { return (void)c, false; }
+static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) { return (void)c, (void)why, (void)n, PF_OK; }
 static pf_result pf__rd_none(const char *who) {
     pf__format(pf__create_error, sizeof pf__create_error,
                "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "

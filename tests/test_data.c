@@ -1393,6 +1393,97 @@ static void test_records_growing_file_list(void) {
     tmp_end();
 }
 
+/* A growing list keeps a view for every epoch a load may still need, by
+   the config pf_create gets (helper-45: the open sized it before it set
+   cfg.batch_bytes, for 2 * 4 + 1 slots where the loader made 64; epochs of
+   one batch, planned while an old one was still loading, rebuilt its view
+   under it, and its later samples came from another epoch's file). Here
+   the load of epoch 0 waits, in its first sample's step, until the workers
+   have planned 24 epochs past it, then reads its other three samples. */
+#define KV_FILES 40u
+static char kv_paths[KV_FILES][300];
+static pthread_mutex_t kv_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t kv_cv = PTHREAD_COND_INITIALIZER;
+static uint64_t kv_planned; /* the highest epoch path_fn was asked for */
+static const char *kv_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user;
+    pthread_mutex_lock(&kv_mu);
+    if (epoch > kv_planned) kv_planned = epoch;
+    pthread_cond_broadcast(&kv_cv);
+    pthread_mutex_unlock(&kv_mu);
+    return k == 0 ? kv_paths[epoch % KV_FILES] : NULL;
+}
+static int kv_step(void *user, pf_sample *smp) {
+    (void)user;
+    if (smp->job->epoch == 0 && smp->i == 0) { /* bounded: a loader that plans no further fails below */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 10;
+        pthread_mutex_lock(&kv_mu);
+        while (kv_planned < 24 && pthread_cond_timedwait(&kv_cv, &kv_mu, &until) == 0) {
+        }
+        pthread_mutex_unlock(&kv_mu);
+    }
+    memcpy(smp->out, smp->data, 16);
+    smp->out_bytes = 16;
+    return 0;
+}
+static void test_records_growing_list_keeps_every_view_a_load_needs(void) {
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = PF_CONFIG_INIT;
+    pf_loader *l = NULL;
+    pf_batch b;
+    pf_result r;
+    uint64_t samples = 0, wrong = 0;
+    tmp_begin();
+    for (uint32_t f = 0; f < KV_FILES; f++) { /* 4 records: {record, file} */
+        FILE *fp;
+        tmp_path(kv_paths[f], sizeof kv_paths[f], "kv%u.bin", f);
+        fp = fopen(kv_paths[f], "wb");
+        CHECK(fp != NULL);
+        if (!fp) return;
+        for (uint64_t i = 0; i < 4; i++) {
+            uint64_t v[2] = {i, f};
+            CHECK_EQ(fwrite(v, 8, 2, fp), 2);
+        }
+        fclose(fp);
+    }
+    kv_planned = 0;
+    memset(&rc, 0, sizeof rc);
+    rc.path_fn = kv_path_fn;
+    rc.record_bytes = 16;
+    rc.step = kv_step;
+    cfg.batch_size = 4; /* an epoch is one batch */
+    cfg.num_workers = 4;
+    cfg.epochs = 60;
+    cfg.workers_only = true; /* the loads are the workers': pf_next waits for epoch 0 */
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    while ((r = pf_next(l, &b)) == PF_OK || r == PF_END_OF_EPOCH) {
+        if (r != PF_OK) continue;
+        for (uint32_t i = 0; i < b.count; i++) {
+            uint64_t v[2];
+            memcpy(v, (const unsigned char *)b.data + b.offsets[i], sizeof v);
+            if (v[0] != b.indices[i] || v[1] != b.epoch % KV_FILES) {
+                if (!wrong) CHECKF(0, "epoch %llu sample %llu: record %llu of file %llu", (unsigned long long)b.epoch,
+                                   (unsigned long long)b.indices[i], (unsigned long long)v[0],
+                                   (unsigned long long)v[1]);
+                wrong++;
+            }
+        }
+        samples += b.count;
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    CHECK_EQ(r, PF_END_OF_DATA);
+    CHECK(kv_planned >= 24); /* the wait above ended because epochs were planned, not by its timeout */
+    CHECK_EQ(wrong, 0);
+    CHECK_EQ(samples, 60 * 4);
+    pf_destroy(l);
+    pf_records_close(rd);
+    tmp_end();
+}
+
 /* a growing list resumed from a checkpoint mid-epoch: every epoch still
    delivers each of its records once, across the two runs */
 static void test_records_growing_list_resumes(void) {
@@ -2650,6 +2741,7 @@ static const h_test tests[] = {
     {"records_direct_into_the_slot", test_records_direct_into_the_slot},
     {"records_one_file_refuses_direct", test_records_one_file_refuses_direct},
     {"records_growing_file_list", test_records_growing_file_list},
+    {"records_growing_list_keeps_every_view_a_load_needs", test_records_growing_list_keeps_every_view_a_load_needs},
     {"records_growing_list_resumes", test_records_growing_list_resumes},
     {"records_file_replaced_under_its_path", test_records_file_replaced_under_its_path},
     {"records_epoch_without_files_is_an_error", test_records_epoch_without_files_is_an_error},
