@@ -7864,14 +7864,18 @@ static bool pf__tar_number(const unsigned char *f, size_t len, uint64_t *out) {
    *has_path says whether a path record was there (an empty value, as POSIX
    says, leaves the header's own name in force). */
 /* false: malformed, or (*too_long set to its length) a path of path_cap
-   bytes or more */
+   bytes or more. *sparse: GNU sparse records (GNU.sparse.*): the entry's
+   data is a sparse map and its pieces, not the file. */
 static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bool *has_path, uint64_t *size,
-                        bool *has_size, size_t *too_long) {
+                        bool *has_size, size_t *too_long, bool *sparse) {
     size_t at = 0;
     while (at < n) {
         size_t len = 0, k = at, eq;
-        while (k < n && p[k] >= '0' && p[k] <= '9') len = len * 10 + (size_t)(p[k++] - '0');
-        if (k == at || k >= n || p[k] != ' ' || len < k - at + 3 || at + len > n || p[at + len - 1] != '\n')
+        /* a length past the record's end ends the parse before it can
+           wrap (an outside trial's 20-digit lengths moved `at` back: a
+           hang, or a read before the buffer) */
+        while (k < n && p[k] >= '0' && p[k] <= '9' && len <= n) len = len * 10 + (size_t)(p[k++] - '0');
+        if (len > n || k == at || k >= n || p[k] != ' ' || len < k - at + 3 || at + len > n || p[at + len - 1] != '\n')
             return false;
         k++;
         for (eq = k; eq < at + len && p[eq] != '='; eq++) {}
@@ -7891,6 +7895,8 @@ static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bo
             }
             *size = v;
             *has_size = true;
+        } else if (eq - k > 11 && !memcmp(p + k, "GNU.sparse.", 11)) {
+            *sparse = true;
         }
         at += len;
     }
@@ -7898,20 +7904,34 @@ static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bo
 }
 
 #define PF__TAR_PATH 4096
+#define PF__TAR_PAX_MAX ((uint64_t)1 << 20) /* a pax record's bytes: xattrs make them long */
+
+/* A header block's checksum holds (the sum of its bytes, the field itself
+   counted as spaces). */
+static bool pf__tar_sum_ok(const unsigned char *h) {
+    uint64_t sum, want = 0;
+    size_t i;
+    for (i = 0; i < 512; i++) want += (i >= 148 && i < 156) ? (uint64_t)' ' : h[i];
+    return pf__tar_number(h + 148, 8, &sum) && sum == want;
+}
 
 static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     const char *path = t->paths[shard];
     int fd = t->fds[shard];
     struct stat st;
-    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0, noext = 0, noext_at = 0, links = 0, link_at = 0;
-    char noext_name[256], link_name[256]; /* the first file without an extension, the first link: for the warnings */
+    uint64_t pos = 0, fsize, pax_size = 0, meta_at = 0, noext = 0, noext_at = 0, links = 0, link_at = 0, odd = 0,
+             odd_at = 0, zeros_at = 0, zeros = 0;
+    /* the first file without an extension, link, or entry of another kind
+       with data: for the warnings */
+    char noext_name[256], link_name[256], odd_name[256], odd_kind[48];
     /* longname: the next entry's name from a GNU long name or a pax path
        record (has_long, has_pax_path); it and the pax size apply to the next
        entry only, and are cleared by it */
     char *name = (char *)pf__rd_alloc(&t->rd.al, PF__TAR_PATH), *meta = NULL;
     char *longname = (char *)pf__rd_calloc(&t->rd.al, 1, PF__TAR_PATH);
     bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false,
-         meta_pending = false; /* an L or x record read, its entry not yet */
+         meta_pending = false, /* an L or x record read, its entry not yet */
+         pax_sparse = false, trailing = false, lone = false;
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
@@ -7931,7 +7951,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     fsize = (uint64_t)st.st_size;
     for (;;) {
         unsigned char h[512];
-        uint64_t size, sum, want = 0, data, next;
+        uint64_t size, data, next;
         unsigned type;
         size_t i;
         /* no end blocks, or the last entry's data whole and its padding
@@ -7950,12 +7970,36 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         if (pf__pread_full(fd, h, 512, pos) != 512)
             PF__TAR_BAD("pf_tar_open: %s: cannot read the header at byte %llu", path, (unsigned long long)pos);
         for (i = 0; i < 512 && !h[i]; i++) {}
-        if (i == 512) { /* the end-of-archive block */
-            ended = true;
-            break;
+        if (i == 512) {
+            /* The end of the archive (two zero blocks), unless a header
+               follows the zeros: a lone zero block in the middle (damage),
+               or archives concatenated. tar stops at the first; an outside
+               trial's shard lost half its samples there without a word.
+               Read on, and say so; what follows an end that is not a
+               header is left, and said. */
+            uint64_t q = pos + 512;
+            for (; q + 512 <= fsize; q += 512) {
+                if (pf__pread_full(fd, h, 512, q) != 512)
+                    PF__TAR_BAD("pf_tar_open: %s: cannot read the block at byte %llu", path, (unsigned long long)q);
+                for (i = 0; i < 512 && !h[i]; i++) {}
+                if (i < 512) break;
+            }
+            if (q + 512 > fsize) { /* zeros to the end (a tail under a block: the end's padding, cut) */
+                ended = true;
+                break;
+            }
+            if (!pf__tar_sum_ok(h)) {
+                trailing = true;
+                lone = q == pos + 512; /* damage: a real end is two blocks */
+                zeros_at = pos;
+                ended = true;
+                break;
+            }
+            if (!zeros++) zeros_at = pos;
+            pos = q;
+            continue;
         }
-        for (i = 0; i < 512; i++) want += (i >= 148 && i < 156) ? (uint64_t)' ' : h[i];
-        if (!pf__tar_number(h + 148, 8, &sum) || sum != want)
+        if (!pf__tar_sum_ok(h))
             PF__TAR_BAD("pf_tar_open: %s is corrupt: the header at byte %llu fails its checksum (not a tar file, or "
                         "damaged)", path, (unsigned long long)pos);
         if (!pf__tar_number(h + 124, 12, &size))
@@ -7972,7 +8016,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             PF__TAR_BAD("pf_tar_open: %s is truncated: the entry at byte %llu needs %llu bytes of data, the file ends "
                         "at %llu", path, (unsigned long long)pos, (unsigned long long)size, (unsigned long long)fsize);
         if (type == 'L' || type == 'x') {
-            if (size >= (uint64_t)PF__TAR_PATH * 4)
+            if (size >= (type == 'L' ? (uint64_t)PF__TAR_PATH * 4 : PF__TAR_PAX_MAX))
                 PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long", path,
                             type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos, (unsigned long long)size);
             pf__rd_free(&t->rd.al, meta);
@@ -7996,7 +8040,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             } else {
                 size_t too_long = 0;
                 if (!pf__tar_pax(meta, (size_t)size, longname, PF__TAR_PATH, &has_pax_path, &pax_size,
-                                 &has_pax_size, &too_long)) {
+                                 &has_pax_size, &too_long, &pax_sparse)) {
                     if (too_long)
                         PF__TAR_BAD("pf_tar_open: %s: the pax path at byte %llu is %llu bytes, longer than %u", path,
                                     (unsigned long long)pos, (unsigned long long)too_long, PF__TAR_PATH - 1);
@@ -8025,6 +8069,23 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         }
         has_long = has_pax_path = has_pax_size = meta_pending = false;
         longname[0] = '\0';
+        if (size && (pax_sparse || (type != '\0' && (type < '0' || type > '7')))) {
+            /* data that is not the file's bytes as they are: a GNU sparse
+               file (type S, or pax GNU.sparse records: a map, then the
+               pieces), or a kind this reader does not know (GNU's D, M, V,
+               a vendor's): left out, and said (an outside trial's sparse
+               file came out as its map, under another sample) */
+            if (!odd++) {
+                snprintf(odd_name, sizeof odd_name, "%s", name);
+                odd_at = pos;
+                if (pax_sparse || type == 'S') snprintf(odd_kind, sizeof odd_kind, "a GNU sparse file");
+                else snprintf(odd_kind, sizeof odd_kind, "an entry of type '%c'", type >= 32 && type < 127 ? (char)type : '?');
+            }
+            pax_sparse = false;
+            pos = next;
+            continue;
+        }
+        pax_sparse = false;
         if (type == '0' || type == '\0' || type == '7') { /* a regular file: a part */
             const char *base = strrchr(name, '/'), *dot;
             size_t key_len;
@@ -8103,6 +8164,22 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                    "left out: a link has no data of its own in the shard (tar writes a hard link for a file added "
                    "twice), and WebDataset reads regular files only", path, (unsigned long long)links,
                    links == 1 ? "" : "s", link_name, (unsigned long long)link_at);
+    if (odd)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: %llu entr%s with data that is not a regular file's (the first "
+                   "is %s, %s, at byte %llu) left out: extract and re-create the shard to read %s", path,
+                   (unsigned long long)odd, odd == 1 ? "y" : "ies", odd_name, odd_kind, (unsigned long long)odd_at,
+                   odd == 1 ? "it" : "them");
+    if (zeros)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: zero blocks (an end of archive) at byte %llu%s, with entries "
+                   "after them: read on (a lone zero block is damage; tar stops there; archives concatenated with "
+                   "cat are read whole)", path, (unsigned long long)zeros_at, zeros > 1 ? " and further on" : "");
+    if (trailing && lone)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: a lone zero block at byte %llu, and no header after it "
+                   "(damaged?): the %llu bytes from there on are left out, as tar leaves them", path,
+                   (unsigned long long)zeros_at, (unsigned long long)(fsize - zeros_at));
+    else if (trailing)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: the end of the archive at byte %llu is followed by bytes that "
+                   "are not a tar header: left out", path, (unsigned long long)zeros_at);
     if (!ended && pos)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends at byte %llu without the end-of-archive blocks (truncated "
                    "after a whole entry, in its padding or in the end blocks?); its entries up to there are read",

@@ -2615,6 +2615,124 @@ static void ar_run(int kind, talloc *a, ar_out *o) {
     ar_close(kind, rd);
 }
 
+/* Entries and blocks an outside trial (helper-45) found read wrong or not
+   at all: a pax length of 20 digits (a hang, a read before the buffer), a
+   lone zero block (the rest of the shard dropped without a word), GNU
+   sparse files (read as their map, as another sample), a pax record of
+   20 KB (refused). Each shard here: two samples "a" and "b" around what is
+   tested, unless it says otherwise. */
+static void tar_two_around(const char *path, void (*middle)(FILE *f), bool end) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    tar_file(f, "a.txt", "aaaa", 4);
+    middle(f);
+    tar_file(f, "b.txt", "bbbb", 4);
+    if (end) tar_end(f);
+    else fclose(f);
+}
+static void mid_pax_wraps(FILE *f) { tar_meta(f, "x1", 'x', "6 a=b\n6 c=d\n18446744073709551610 x=y\n", 38); }
+static void mid_pax_before(FILE *f) { tar_meta(f, "x2", 'x', "12 size=123\n18446744073709551604 x=y\n", 38); }
+static void mid_lone_zero(FILE *f) {
+    static const unsigned char zero[512] = {0};
+    fwrite(zero, 1, sizeof zero, f);
+}
+static void mid_lone_zero_then_data(FILE *f) {
+    static const unsigned char zero[512] = {0};
+    fwrite(zero, 1, sizeof zero, f); /* a header zeroed: its data follows */
+    tar_data(f, "cccc", 4);
+}
+static void mid_concatenated(FILE *f) {
+    static const unsigned char zero[10240 - 2048] = {0}; /* tar's end, padded to its 10 KiB record */
+    fwrite(zero, 1, sizeof zero, f);
+}
+static void mid_sparse_gnu(FILE *f) {
+    tar_header(f, "s.txt", 512, 'S', NULL);
+    tar_data(f, "sparse pieces", 13);
+}
+static void mid_sparse_pax(FILE *f) {
+    char rec[256] = "";
+    pax_add(rec, sizeof rec, "GNU.sparse.major", "1");
+    pax_add(rec, sizeof rec, "GNU.sparse.minor", "0");
+    pax_add(rec, sizeof rec, "GNU.sparse.name", "s.txt");
+    pax_add(rec, sizeof rec, "GNU.sparse.realsize", "1048576");
+    tar_meta(f, "./PaxHeaders/s.txt", 'x', rec, strlen(rec));
+    tar_file(f, "./GNUSparseFile.1/s.txt", "3\n0\n4096\n", 9);
+}
+static void mid_unknown_kind(FILE *f) {
+    tar_header(f, "v.txt", 5, 'V', NULL);
+    tar_data(f, "label", 5);
+}
+static char big_pax[20100];
+static void mid_big_pax(FILE *f) {
+    char value[20000];
+    memset(value, 'x', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    big_pax[0] = '\0';
+    pax_add(big_pax, sizeof big_pax, "SCHILY.xattr.user.big", value);
+    pax_add(big_pax, sizeof big_pax, "path", "c.txt");
+    tar_meta(f, "./PaxHeaders/c", 'x', big_pax, strlen(big_pax));
+    tar_file(f, "ignored-name.txt", "cccc", 4);
+}
+static void test_tar_odd_blocks_and_entries_are_read_or_said(void) {
+    char path[300];
+    const char *pp[1] = {path};
+    pf_tar_config tc = tar_config(pp, 1);
+    pf_config cfg = t_config_base(0, 4, 0, 1);
+    pf_tar *tr = (pf_tar *)1;
+    tmp_begin();
+    tmp_path(path, sizeof path, "odd.tar");
+    tar_two_around(path, mid_pax_wraps, true);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "the pax header at byte 1024 is malformed");
+    tar_two_around(path, mid_pax_before, true);
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "the pax header at byte 1024 is malformed");
+    CHECK(tr == NULL);
+    tar_two_around(path, mid_lone_zero, true);
+    tar_opens_with_a_warning(&tc, 2, "zero blocks (an end of archive) at byte 1024, with entries after them: read on");
+    tar_two_around(path, mid_concatenated, true);
+    tar_opens_with_a_warning(&tc, 2, "archives concatenated with cat are read whole");
+    tar_two_around(path, mid_lone_zero_then_data, true);
+    tar_opens_with_a_warning(&tc, 1, "a lone zero block at byte 1024, and no header after it");
+    tar_two_around(path, mid_sparse_gnu, true);
+    tar_opens_with_a_warning(&tc, 2, "1 entry with data that is not a regular file's (the first is s.txt, a GNU "
+                                     "sparse file, at byte 1024) left out");
+    tar_two_around(path, mid_sparse_pax, true);
+    tar_opens_with_a_warning(&tc, 2, "(the first is ./GNUSparseFile.1/s.txt, a GNU sparse file");
+    tar_two_around(path, mid_unknown_kind, true);
+    tar_opens_with_a_warning(&tc, 2, "an entry of type 'V'");
+    {   /* garbage after a proper end */
+        FILE *f;
+        tar_two_around(path, mid_unknown_kind, true);
+        f = fopen(path, "ab");
+        fputs("not a tar header", f);
+        for (int i = 0; i < 600; i++) fputc('#', f);
+        fclose(f);
+        cfg = t_config_base(0, 4, 0, 1);
+        {
+            logcap lc;
+            cap_begin(&lc, &cfg);
+            CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+            CHECK_EQ(pf_tar_samples(tr), 2);
+            CHECK_EQ(lc.warns, 2); /* the 'V' entry, and the bytes after the end */
+            CHECK_CONTAINS(lc.text, "is followed by bytes that are not a tar header: left out");
+            pf_tar_close(tr);
+            cap_end(&lc);
+        }
+    }
+    {   /* a pax record of 20 KB: its path names the entry after it */
+        tnames tn;
+        static const char *const want[3] = {"a:txt/4", "c:txt/4", "b:txt/4"};
+        memset(&tn, 0, sizeof tn);
+        pthread_mutex_init(&tn.mu, NULL);
+        tar_two_around(path, mid_big_pax, true);
+        cfg = t_config_base(0, 4, 4 * 128, 1);
+        tn_open(pp, &cfg, &tr, 3);
+        tn_run(&cfg, tr, &tn, want, 3);
+        pthread_mutex_destroy(&tn.mu);
+    }
+    tmp_end();
+}
+
 /* the readers' index, bookkeeping, file records and per-worker buffers are
    all the caller's allocator's, and all of it comes back: the loader's by
    pf_destroy, the reader's by its close */
@@ -2751,6 +2869,7 @@ static const h_test tests[] = {
     {"tokens_match_llmc", test_tokens_match_llmc},
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
     {"tar_raw_grouped_by_key", test_tar_raw_grouped_by_key},
+    {"tar_odd_blocks_and_entries_are_read_or_said", test_tar_odd_blocks_and_entries_are_read_or_said},
     {"tar_step_with_skips", test_tar_step_with_skips},
     {"tar_corrupt_and_truncated_are_named", test_tar_corrupt_and_truncated_are_named},
     {"tar_damage_never_crashes", test_tar_damage_never_crashes},
