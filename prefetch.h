@@ -6862,6 +6862,20 @@ PF_API int pf_job_skip(pf_job *job, uint32_t i, const char *fmt, ...) {
 #ifndef PF__OPEN
 #define PF__OPEN(path, flags) open((path), (flags))
 #endif
+/* Data files are opened without blocking (a FIFO's open waits for a
+   writer: an outside trial's hung for ever) and must be regular files (a
+   FIFO's reads wait too, a device's size says nothing). NULL: st is a
+   regular file; else what it is, for the message. */
+#define PF__RD_FLAGS (O_RDONLY | O_NONBLOCK)
+static const char *pf__rd_not_file(const struct stat *st) {
+    if (S_ISREG(st->st_mode)) return NULL;
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISFIFO(st->st_mode)) return "a FIFO, not a regular file";
+    return "not a regular file (a device or a socket)";
+}
+/* Running out of descriptors (or kernel memory) is not the file's fault:
+   a growing list must not leave the file out for it (pf__rec_build). */
+static bool pf__rd_scarce(int e) { return e == EMFILE || e == ENFILE || e == ENOMEM; }
 
 /* strerror(e) without its shared buffer, which another thread's strerror
    may overwrite: the text in buf (n bytes), or one of the C library's own.
@@ -7181,8 +7195,8 @@ static void pf__rec_view_clear(pf_records *r, pf__rec_view *v) {
 
 /* The file at path, opened once while path names it (refs counted by the
    caller). NULL, and why, when it cannot be opened; *oom: because memory
-   ran out (not the file's fault). */
-static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n, bool *oom) {
+   ran out, *scarce: descriptors (neither the file's fault). */
+static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, size_t n, bool *oom, bool *scarce) {
     pf__rec_file *f;
     struct stat st;
     char err[PF__ERRNO_TEXT];
@@ -7199,19 +7213,21 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         return NULL;
     }
     direct = r->direct;
-    fd = PF__OPEN(path, O_RDONLY | (direct ? PF__O_DIRECT : 0));
+    fd = PF__OPEN(path, PF__RD_FLAGS | (direct ? PF__O_DIRECT : 0));
     if (fd < 0 && direct && errno == EINVAL) { /* this file system refuses O_DIRECT: this file reads buffered */
         direct = false;
         pf__rd_log(&r->rd, PF_LOG_INFO, "pf_records: %s refuses O_DIRECT; reading it through the page cache", path);
-        fd = PF__OPEN(path, O_RDONLY);
+        fd = PF__OPEN(path, PF__RD_FLAGS);
     }
     if (fd < 0) {
-        pf__format(why, n, "cannot open %s: %s", path, pf__errno_text(errno, err, sizeof err));
+        *scarce = pf__rd_scarce(errno);
+        pf__format(why, n, "cannot open %s: %s%s", path, pf__errno_text(errno, err, sizeof err),
+                   errno == EMFILE ? " (the process's file descriptors: raise `ulimit -n`, or lower max_files)" : "");
         return NULL;
     }
     stat_ok = fstat(fd, &st) == 0; /* what was opened, should path have changed since the stat */
-    if (!stat_ok || S_ISDIR(st.st_mode)) {
-        if (stat_ok) pf__format(why, n, "cannot read %s: it is a directory", path);
+    if (!stat_ok || pf__rd_not_file(&st)) {
+        if (stat_ok) pf__format(why, n, "cannot read %s: it is %s", path, pf__rd_not_file(&st));
         else pf__format(why, n, "cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
         close(fd);
         return NULL;
@@ -7236,8 +7252,9 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
 /* Fill v from the path list (strict: a file that cannot be opened or is
    shorter than its header is an error; else it is left out, as a file
    evicted between the listing and now). Out of memory is an error either
-   way (PF_ERR_NO_MEMORY): a view without a file that is there would be a
-   silently smaller epoch. Lock held for growing lists. */
+   way (PF_ERR_NO_MEMORY), and so is out of descriptors: a view without a
+   file that is there would be a silently smaller epoch. Lock held for
+   growing lists. */
 static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, bool strict, char *why, size_t n) {
     uint32_t k;
     v->epoch = epoch;
@@ -7249,7 +7266,7 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
         pf__rec_file *f;
         struct stat st;
         uint64_t size;
-        bool oom = false;
+        bool oom = false, scarce = false;
         if (!path) break;
         v->listed = k + 1;
         if (k >= r->c.max_files) {
@@ -7259,10 +7276,12 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
             pf__rd_log(&r->rd, PF_LOG_WARN, "%s; the rest are left out", why);
             break;
         }
-        f = pf__rec_get(r, path, why, n, &oom);
+        f = pf__rec_get(r, path, why, n, &oom, &scarce);
         if (!f) {
             if (oom) return PF_ERR_NO_MEMORY;
-            if (strict) return PF_ERR_INVALID_ARG;
+            /* a file left out for want of descriptors: a silently smaller
+               epoch (an outside trial: 120 of 200 samples, at ulimit -n 64) */
+            if (strict || scarce) return PF_ERR_INVALID_ARG;
             pf__rd_log(&r->rd, PF_LOG_WARN, "pf_records: epoch %llu: %s; left out", (unsigned long long)epoch, why);
             continue;
         }
@@ -7677,15 +7696,15 @@ static pf_result pf__tok_shard_open(pf_tokens *t, pf__tok_shard *s, const char *
     struct stat st;
     s->path = pf__rd_strdup(&t->rd.al, path);
     if (!s->path) return (pf__format(why, n, "pf_tokens_open: " PF__RD_OOM, pf__rd_refused), PF_ERR_NO_MEMORY);
-    s->fd = open(path, O_RDONLY);
+    s->fd = PF__OPEN(path, PF__RD_FLAGS);
     if (s->fd < 0 || fstat(s->fd, &st) != 0) {
         char err[PF__ERRNO_TEXT];
         return (pf__format(why, n, "pf_tokens_open: cannot open shard %s: %s", path,
                            pf__errno_text(errno, err, sizeof err)),
                 PF_ERR_INVALID_ARG);
     }
-    if (S_ISDIR(st.st_mode))
-        return (pf__format(why, n, "pf_tokens_open: shard %s is a directory", path), PF_ERR_INVALID_ARG);
+    if (pf__rd_not_file(&st))
+        return (pf__format(why, n, "pf_tokens_open: shard %s is %s", path, pf__rd_not_file(&st)), PF_ERR_INVALID_ARG);
     if (pf__pread_full(s->fd, h, sizeof h, 0) != (long long)sizeof h)
         return (pf__format(why, n, "pf_tokens_open: shard %s is %lld bytes, shorter than its %u-byte header", path,
                            (long long)st.st_size, PF__TOK_HEADER), PF_ERR_INVALID_ARG);
@@ -7731,6 +7750,15 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
     if (cfg->rank >= (cfg->world_size ? cfg->world_size : 1)) /* 0 is the default, 1 */
         return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u%s)",
                            (unsigned)cfg->rank, (unsigned)cfg->world_size, cfg->world_size ? "" : ", the default 1"),
+                PF_ERR_INVALID_ARG);
+    /* a step of every rank's B * T tokens, and the one after: a shard's
+       header counts at most 2^32 - 1 (and world * B * T wrapped to 0 made
+       the shard check pass, then divided by it: an outside trial's
+       SIGFPE) */
+    if ((uint64_t)tc->B * tc->T >= UINT32_MAX / (cfg->world_size ? cfg->world_size : 1))
+        return (pf__format(why, n, "pf_tokens_open: B (%u) * T (%u) * cfg.world_size (%u) tokens a step is more than "
+                                   "any shard holds (its header counts at most 2^32 - 1 tokens)",
+                           (unsigned)tc->B, (unsigned)tc->T, (unsigned)(cfg->world_size ? cfg->world_size : 1)),
                 PF_ERR_INVALID_ARG);
     al = pf_config_defaults(cfg).allocator;
     t = (pf_tokens *)pf__rd_calloc(&al, 1, sizeof *t);
@@ -7947,7 +7975,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         char err[PF__ERRNO_TEXT];
         PF__TAR_BAD("pf_tar_open: cannot stat %s: %s", path, pf__errno_text(errno, err, sizeof err));
     }
-    if (S_ISDIR(st.st_mode)) PF__TAR_BAD("pf_tar_open: %s is a directory, not a tar shard", path);
+    if (pf__rd_not_file(&st)) PF__TAR_BAD("pf_tar_open: %s is %s, not a tar shard", path, pf__rd_not_file(&st));
     fsize = (uint64_t)st.st_size;
     for (;;) {
         unsigned char h[512];
@@ -8296,7 +8324,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
             res = PF_ERR_NO_MEMORY;
             break;
         }
-        t->fds[i] = open(tc->paths[i], O_RDONLY);
+        t->fds[i] = PF__OPEN(tc->paths[i], PF__RD_FLAGS);
         if (t->fds[i] < 0) {
             char err[PF__ERRNO_TEXT];
             pf__format(why, n, "pf_tar_open: cannot open %s: %s", tc->paths[i], pf__errno_text(errno, err, sizeof err));

@@ -22,6 +22,8 @@ static int rd_open(const char *path, int flags);
 #include "../prefetch.h"
 #include "util.h"
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- reading a batch where a kernel would (sim) or in place (host) ---- */
@@ -2733,6 +2735,75 @@ static void test_tar_odd_blocks_and_entries_are_read_or_said(void) {
     tmp_end();
 }
 
+/* What helper-45 found at the readers' opens: a FIFO named as a data file
+   hung its open for ever; out of descriptors, a growing list left its
+   files out and its epochs came out smaller without an error; B * T *
+   world_size wrapped to 0 and divided by it. */
+#define FD_FILES 48u
+static char fd_paths[FD_FILES][300];
+static const char *fd_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user, (void)epoch;
+    return k < FD_FILES ? fd_paths[k] : NULL;
+}
+static void test_readers_refuse_fifos_and_say_when_descriptors_run_out(void) {
+    char fifo[300], shard[300];
+    const char *pp[1] = {fifo};
+    pf_config cfg = t_config_base(0, 4, 0, 1);
+    pf_records_config rc = r_config(pp, 1);
+    pf_tokens_config kc = k_config(pp, 1, 2, 8);
+    pf_tar_config tc = tar_config(pp, 1);
+    pf_records *rd = (pf_records *)1;
+    pf_tokens *tk = (pf_tokens *)1;
+    pf_tar *tr = (pf_tar *)1;
+    tmp_begin();
+    tmp_path(fifo, sizeof fifo, "fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    expect_open_error(pf_records_open(&rc, &cfg, &rd), "it is a FIFO, not a regular file");
+    expect_open_error(pf_tokens_open(&kc, &cfg, &tk), "is a FIFO, not a regular file");
+    expect_open_error(pf_tar_open(&tc, &cfg, &tr), "is a FIFO, not a regular file, not a tar shard");
+    CHECK(rd == NULL && tk == NULL && tr == NULL);
+    /* B * T * world_size past what a shard's header can count */
+    tmp_path(shard, sizeof shard, "t.bin");
+    write_tokens(shard, 0, 500, 20240520, 0);
+    pp[0] = shard;
+    kc = k_config(pp, 1, 1u << 24, 1u << 24);
+    cfg.world_size = 65536;
+    expect_open_error(pf_tokens_open(&kc, &cfg, &tk), "tokens a step is more than any shard holds");
+    cfg.world_size = 0;
+    {   /* a growing list of 48 files, with 20 descriptors to spare: the
+           epoch fails, naming why, instead of coming out smaller */
+        struct rlimit was, low;
+        pf_loader *l = NULL;
+        pf_batch b;
+        pf_result r;
+        int spare = 0;
+        for (uint32_t f = 0; f < FD_FILES; f++) {
+            tmp_path(fd_paths[f], sizeof fd_paths[f], "fd%u.bin", f);
+            write_records(fd_paths[f], f, 2, 0);
+        }
+        rc = r_config(NULL, 0);
+        rc.path_fn = fd_path_fn;
+        cfg = t_config_base(0, 4, 0, 1);
+        cfg.num_workers = 1;
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0);
+        for (int fd = 0, free_fds = 0; free_fds < 20; fd++) /* a new descriptor is the lowest free one */
+            if (fcntl(fd, F_GETFD) == -1) free_fds++, spare = fd + 1;
+        low = was;
+        low.rlim_cur = (rlim_t)spare; /* 20 free below it */
+        CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0); /* the first epoch's files are opened as it is planned */
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        r = pf_next(l, &b);
+        CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+        CHECK_EQ(r, PF_ERR_LOAD);
+        CHECK_CONTAINS(pf_error(l), "ulimit -n");
+        if (r == PF_OK) pf_release(l, &b);
+        pf_destroy(l);
+        pf_records_close(rd);
+    }
+    tmp_end();
+}
+
 /* the readers' index, bookkeeping, file records and per-worker buffers are
    all the caller's allocator's, and all of it comes back: the loader's by
    pf_destroy, the reader's by its close */
@@ -2870,6 +2941,7 @@ static const h_test tests[] = {
     {"tokens_bad_shards_are_named", test_tokens_bad_shards_are_named},
     {"tar_raw_grouped_by_key", test_tar_raw_grouped_by_key},
     {"tar_odd_blocks_and_entries_are_read_or_said", test_tar_odd_blocks_and_entries_are_read_or_said},
+    {"readers_refuse_fifos_and_say_when_descriptors_run_out", test_readers_refuse_fifos_and_say_when_descriptors_run_out},
     {"tar_step_with_skips", test_tar_step_with_skips},
     {"tar_corrupt_and_truncated_are_named", test_tar_corrupt_and_truncated_are_named},
     {"tar_damage_never_crashes", test_tar_damage_never_crashes},
