@@ -1885,6 +1885,7 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
 
 static bool pf__rd_hooks_any_thread(const pf_config *c); /* >>readers */
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n); /* >>readers */
+static const char *pf__rd_token_hint(const pf_config *c);            /* >>readers */
 
 /* May a load run on pf_next's thread? Not with the caller's own per-thread
    hooks: their state belongs to worker threads. A reader's own (its read
@@ -5897,8 +5898,8 @@ static pf_result pf__check_token_config(const pf_config *c, const pf__token *t, 
         PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[PF__K_DROP] ? "true" : "false",
                  c->drop_last ? "true" : "false");
     if (t->has_n && !c->num_samples_fn && v[PF__K_N] != c->num_samples)
-        PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu", (unsigned long long)v[PF__K_N],
-                 (unsigned long long)c->num_samples);
+        PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu%s", (unsigned long long)v[PF__K_N],
+                 (unsigned long long)c->num_samples, pf__rd_token_hint(c));
     if (t->has_n && v[PF__K_N] > PF__MAX_SAMPLES) PF__RBAD("cfg.resume: malformed token: n is above 2^62");
     if (v[PF__K_UNORD] != (uint64_t)c->unordered)
         PF__RBAD("resume token is from %s mode, cfg.unordered is %s", v[PF__K_UNORD] ? "unordered" : "in-order",
@@ -7800,6 +7801,16 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
     return PF_OK;
 }
 
+/* The token reader runs the loader as rank 0 of 1 (every rank at the same
+   step, as llm.c's loader): a token's n is the steps, which world_size, B
+   and T decide, so a token of another world size is refused as an n that
+   differs. Said why. */
+static const char *pf__rd_token_hint(const pf_config *c) {
+    return c->load == pf__tok_load ? " (pf_tokens: a sample is a step of world_size * B * T tokens: a token written "
+                                     "with another world_size, B or T does not resume here)"
+                                   : "";
+}
+
 /* >>tar ------------------------------------------------------------------- */
 /* The index: every regular file's data (shard, offset, size, extension),
    and samples as runs of consecutive files with one key. Built at open
@@ -8366,6 +8377,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
 #else /* no POSIX here: the readers are there, and say what they need */
 static bool pf__rd_hooks_any_thread(const pf_config *c) { return (void)c, false; }
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) { return (void)c, (void)why, (void)n, PF_OK; }
+static const char *pf__rd_token_hint(const pf_config *c) { return (void)c, ""; }
 static pf_result pf__rd_none(const char *who) {
     pf__format(pf__create_error, sizeof pf__create_error,
                "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "

@@ -1798,6 +1798,30 @@ static void test_tokens_match_llmc(void) {
             CHECK_EQ(k.samples, 2 * want);
             pthread_mutex_destroy(&k.mu);
         }
+    {   /* a token of world size 1 on world size 3: refused, saying why
+           (the count of steps differs; the loader itself is rank 0 of 1) */
+        pf_tokens *tk = NULL;
+        pf_tokens_config tc = k_config(pp, 3, 4, 16);
+        pf_config cfg = t_config_base(0, 2, 0, 2);
+        pf_loader *l = NULL;
+        pf_batch b;
+        char tok[256];
+        CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+        CHECK_EQ(pf_checkpoint(l, tok, sizeof tok), PF_OK);
+        pf_destroy(l);
+        pf_tokens_close(tk);
+        cfg = t_config_base(0, 2, 0, 2);
+        cfg.world_size = 3;
+        cfg.rank = 1;
+        CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
+        cfg.resume = tok;
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(NULL), "a token written with another world_size, B or T does not resume here");
+        pf_tokens_close(tk);
+    }
     tmp_end();
 }
 
