@@ -1460,6 +1460,7 @@ static void test_records_growing_list_keeps_every_view_a_load_needs(void) {
     cfg.num_workers = 4;
     cfg.epochs = 60;
     cfg.workers_only = true; /* the loads are the workers': pf_next waits for epoch 0 */
+    cfg.backend = PF_BACKEND_HOST; /* the reader's views are the point: the batches are read in place */
     CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     while ((r = pf_next(l, &b)) == PF_OK || r == PF_END_OF_EPOCH) {
