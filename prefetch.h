@@ -7480,9 +7480,9 @@ static void pf__rec_views_free(pf_records *r) {
    false: out of memory, the ring as it was. */
 static bool pf__rec_ring(pf_records *r, uint32_t keep) {
     const pf_allocator *al = &r->rd.al;
-    uint32_t files = r->c.max_files, i, made = 0;
+    uint32_t files = r->c.max_files, made = 0;
     pf__rec_view *views = (pf__rec_view *)pf__rd_calloc(al, keep, sizeof *views);
-    pf__rec_file **cache = (pf__rec_file **)pf__rd_calloc(al, (size_t)keep * files, sizeof *cache);
+    pf__rec_file **cache = (pf__rec_file **)pf__rd_calloc(al, (size_t)keep * files, sizeof(pf__rec_file *)); /* pointers to the files */
     bool ok = views && cache;
     for (; ok && made < keep; made++) {
         views[made].files = (pf__rec_file **)pf__rd_calloc(al, files, sizeof(pf__rec_file *));
@@ -7490,6 +7490,7 @@ static bool pf__rec_ring(pf_records *r, uint32_t keep) {
         ok = views[made].files && views[made].first;
     }
     if (!ok) {
+        uint32_t i;
         for (i = 0; views && i < made; i++) { /* made: the failed one too, partly */
             pf__rd_free(al, views[i].files);
             pf__rd_free(al, views[i].first);
