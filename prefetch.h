@@ -7934,7 +7934,7 @@ static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bo
                 v = v * 10 + (uint64_t)(p[j] - '0');
             }
             *size = v;
-            *has_size = true;
+            *has_size = j > eq + 1; /* empty: the header's own size stands (POSIX) */
         } else if (eq - k > 11 && !memcmp(p + k, "GNU.sparse.", 11)) {
             *sparse = true;
         }
@@ -8024,8 +8024,17 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                 for (i = 0; i < 512 && !h[i]; i++) {}
                 if (i < 512) break;
             }
-            if (q + 512 > fsize) { /* zeros to the end (a tail under a block: the end's padding, cut) */
+            if (q + 512 > fsize) { /* zeros to the end, and a tail under a block: zeros too, or said */
+                size_t left = (size_t)(fsize - q);
                 ended = true;
+                if (left && pf__pread_full(fd, h, left, q) == (long long)left) {
+                    for (i = 0; i < left && !h[i]; i++) {}
+                    if (i < left) { /* a header cut, or bytes after the end (an outside trial's were silent) */
+                        trailing = true;
+                        lone = q == pos + 512;
+                        zeros_at = pos;
+                    }
+                }
                 break;
             }
             if (!pf__tar_sum_ok(h)) {
@@ -8051,14 +8060,26 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             size = pax_size;
         }
         data = pos + 512;
+        if (type == 'S' && h[482]) { /* an old GNU sparse file's map goes on in blocks of its own, before the
+                                        data (an outside trial: counted as data, the index landed in it) */
+            unsigned char ext[512];
+            do {
+                if (data + 512 > fsize || pf__pread_full(fd, ext, 512, data) != 512)
+                    PF__TAR_BAD("pf_tar_open: %s is truncated: the sparse map of the entry at byte %llu goes past "
+                                "its end", path, (unsigned long long)pos);
+                data += 512;
+            } while (ext[504]);
+        }
         next = data + ((size + 511) & ~(uint64_t)511);
         if (size > fsize || next > fsize + 511 || data + size > fsize)
             PF__TAR_BAD("pf_tar_open: %s is truncated: the entry at byte %llu needs %llu bytes of data, the file ends "
                         "at %llu", path, (unsigned long long)pos, (unsigned long long)size, (unsigned long long)fsize);
         if (type == 'L' || type == 'x') {
             if (size >= (type == 'L' ? (uint64_t)PF__TAR_PATH * 4 : PF__TAR_PAX_MAX))
-                PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long", path,
-                            type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos, (unsigned long long)size);
+                PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long (under %llu read)",
+                            path, type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos,
+                            (unsigned long long)size,
+                            (unsigned long long)(type == 'L' ? (uint64_t)PF__TAR_PATH * 4 : PF__TAR_PAX_MAX));
             pf__rd_free(&t->rd.al, meta);
             meta = (char *)pf__rd_alloc(&t->rd.al, (size_t)size + 1);
             if (!meta) PF__TAR_OOM();
@@ -8109,12 +8130,13 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         }
         has_long = has_pax_path = has_pax_size = meta_pending = false;
         longname[0] = '\0';
-        if (size && (pax_sparse || (type != '\0' && (type < '0' || type > '7')))) {
+        if (pax_sparse || type == 'S' || (size && type != '\0' && (type < '0' || type > '7'))) {
             /* data that is not the file's bytes as they are: a GNU sparse
                file (type S, or pax GNU.sparse records: a map, then the
-               pieces), or a kind this reader does not know (GNU's D, M, V,
-               a vendor's): left out, and said (an outside trial's sparse
-               file came out as its map, under another sample) */
+               pieces; all hole, no data at all, and still not an empty
+               file), or a kind this reader does not know with data (GNU's
+               D, M, V, a vendor's): left out, and said (an outside trial's
+               sparse files came out as their map, or as 0 bytes) */
             if (!odd++) {
                 snprintf(odd_name, sizeof odd_name, "%s", name);
                 odd_at = pos;

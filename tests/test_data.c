@@ -2686,6 +2686,30 @@ static void mid_sparse_pax(FILE *f) {
     tar_meta(f, "./PaxHeaders/s.txt", 'x', rec, strlen(rec));
     tar_file(f, "./GNUSparseFile.1/s.txt", "3\n0\n4096\n", 9);
 }
+/* An old GNU sparse header whose map goes on in an extension block
+   (helper-47: more than 4 regions; counted as data, the index landed in it
+   and refused the shard as corrupt), and one of a file all hole (size 0). */
+static void mid_sparse_gnu_extended(FILE *f) {
+    unsigned char h[512], ext[512], piece[512];
+    unsigned sum = 0;
+    memset(h, 0, sizeof h);
+    snprintf((char *)h, 100, "m.bin");
+    memcpy(h + 100, "0000644", 7);
+    snprintf((char *)h + 124, 12, "%011o", 512u);
+    memset(h + 148, ' ', 8);
+    h[156] = 'S';
+    memcpy(h + 257, "ustar  ", 8);
+    h[482] = 1; /* isextended: a map block follows */
+    for (int i = 0; i < 512; i++) sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    fwrite(h, 1, sizeof h, f);
+    memset(ext, 0, sizeof ext);
+    memcpy(ext, "00000200000", 11); /* an entry; ext[504] = 0: the last map block */
+    fwrite(ext, 1, sizeof ext, f);
+    memset(piece, 'Z', sizeof piece);
+    fwrite(piece, 1, sizeof piece, f);
+}
+static void mid_sparse_hole(FILE *f) { tar_header(f, "hole.bin", 0, 'S', NULL); }
 static void mid_unknown_kind(FILE *f) {
     tar_header(f, "v.txt", 5, 'V', NULL);
     tar_data(f, "label", 5);
@@ -2725,8 +2749,35 @@ static void test_tar_odd_blocks_and_entries_are_read_or_said(void) {
                                      "sparse file, at byte 1024) left out");
     tar_two_around(path, mid_sparse_pax, true);
     tar_opens_with_a_warning(&tc, 2, "(the first is ./GNUSparseFile.1/s.txt, a GNU sparse file");
+    tar_two_around(path, mid_sparse_gnu_extended, true);
+    tar_opens_with_a_warning(&tc, 2, "(the first is m.bin, a GNU sparse file, at byte 1024)");
+    tar_two_around(path, mid_sparse_hole, true);
+    tar_opens_with_a_warning(&tc, 2, "(the first is hole.bin, a GNU sparse file");
     tar_two_around(path, mid_unknown_kind, true);
     tar_opens_with_a_warning(&tc, 2, "an entry of type 'V'");
+    {   /* under a block of bytes after the end: said too */
+        FILE *f;
+        tar_two_around(path, mid_lone_zero_then_data, false);
+        f = fopen(path, "ab");
+        fputs("300 bytes or so of something", f);
+        fclose(f);
+        tar_opens_with_a_warning(&tc, 1, "a lone zero block at byte 1024, and no header after it");
+        tar_two_around(path, mid_lone_zero, true);
+        f = fopen(path, "ab");
+        fputs("a header cut short", f);
+        fclose(f);
+        {
+            logcap lc;
+            cfg = t_config_base(0, 4, 0, 1);
+            cap_begin(&lc, &cfg);
+            CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+            CHECK_EQ(pf_tar_samples(tr), 2);
+            CHECK_EQ(lc.warns, 2); /* the zero block read past, and the bytes after the end */
+            CHECK_CONTAINS(lc.text, "is followed by bytes that are not a tar header: left out");
+            pf_tar_close(tr);
+            cap_end(&lc);
+        }
+    }
     {   /* garbage after a proper end */
         FILE *f;
         tar_two_around(path, mid_unknown_kind, true);
