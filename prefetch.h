@@ -1886,6 +1886,7 @@ static pf_result pf__check_config(const pf_config *in, const pf_config *c, char 
 static bool pf__rd_hooks_any_thread(const pf_config *c); /* >>readers */
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n); /* >>readers */
 static const char *pf__rd_token_hint(const pf_config *c);            /* >>readers */
+static uint64_t pf__rd_token_step(const pf_config *c);               /* >>readers */
 
 /* May a load run on pf_next's thread? Not with the caller's own per-thread
    hooks: their state belongs to worker threads. A reader's own (its read
@@ -5738,6 +5739,8 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
        on counting from here, so cfg.bad_limit stops it where an
        uninterrupted run stops, and pf_stats.skipped goes on */
     if (l->ck.skipped) pf__append(buf, size, &len, " skipped=%llu", (unsigned long long)l->ck.skipped);
+    if (pf__rd_token_step(&l->cfg))
+        pf__append(buf, size, &len, " tokens=%llu", (unsigned long long)pf__rd_token_step(&l->cfg));
     if (!buf)
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: buf is NULL (the token needs %llu bytes, with its NUL)",
                      (unsigned long long)len + 1);
@@ -5776,6 +5779,7 @@ typedef struct pf__token {
     uint64_t from_batch, from_pos;
     bool has_skipped; /* skipped=N, optional: bad samples delivered so far */
     uint64_t skipped;
+    uint64_t tokens;  /* tokens=N, optional: the token reader's step (pf__rd_token_step) */
 } pf__token;
 
 /* A field's text for a message: at most 20 bytes, non-printable bytes as
@@ -5825,6 +5829,14 @@ static pf_result pf__read_token(const char *tok, pf__token *t, char *why, size_t
             if (!pf__parse_u64(eq + 1, &e2, &t->from_batch) || *e2 != ':' ||
                 !pf__parse_u64(e2 + 1, &e2, &t->from_pos) || e2 != end)
                 PF__RBAD("cfg.resume: malformed token: from=%s is not batch:pos", pf__shown(eq + 1, shown, sizeof shown));
+            p = end;
+            continue;
+        }
+        if (klen == 6 && !strncmp(p, "tokens", 6)) { /* optional: the token reader's */
+            if (t->tokens) PF__RBAD("cfg.resume: malformed token: tokens appears twice");
+            if (!pf__parse_u64(eq + 1, &e2, &t->tokens) || e2 != end || !t->tokens)
+                PF__RBAD("cfg.resume: malformed token: tokens=%s is not a step of at least 1 token",
+                         pf__shown(eq + 1, shown, sizeof shown));
             p = end;
             continue;
         }
@@ -5897,6 +5909,14 @@ static pf_result pf__check_token_config(const pf_config *c, const pf__token *t, 
     if (v[PF__K_DROP] != (uint64_t)c->drop_last)
         PF__RBAD("resume token is for drop_last %s, cfg.drop_last is %s", v[PF__K_DROP] ? "true" : "false",
                  c->drop_last ? "true" : "false");
+    if (t->tokens && t->tokens != pf__rd_token_step(c)) { /* a token without it: written before it was */
+        if (!pf__rd_token_step(c))
+            PF__RBAD("resume token is pf_tokens' (steps of %llu tokens), and cfg.load is not pf_tokens'",
+                     (unsigned long long)t->tokens);
+        PF__RBAD("resume token is for steps of %llu tokens (world_size * B * T), this pf_tokens reader's are %llu: "
+                 "its positions would name other tokens", (unsigned long long)t->tokens,
+                 (unsigned long long)pf__rd_token_step(c));
+    }
     if (t->has_n && !c->num_samples_fn && v[PF__K_N] != c->num_samples)
         PF__RBAD("resume token is for num_samples %llu, cfg.num_samples is %llu%s", (unsigned long long)v[PF__K_N],
                  (unsigned long long)c->num_samples, pf__rd_token_hint(c));
@@ -7753,6 +7773,9 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
         return (pf__format(why, n, "pf_tokens_open: cfg.rank is %u: must be below cfg.world_size (%u%s)",
                            (unsigned)cfg->rank, (unsigned)cfg->world_size, cfg->world_size ? "" : ", the default 1"),
                 PF_ERR_INVALID_ARG);
+    if (cfg->world_size > PF__MAX_WORLD) /* pf_create would say so, but the open sets it to 1 */
+        return (pf__format(why, n, "pf_tokens_open: cfg.world_size is %u: at most %u", (unsigned)cfg->world_size,
+                           (unsigned)PF__MAX_WORLD), PF_ERR_INVALID_ARG);
     /* a step of every rank's B * T tokens, and the one after: a shard's
        header counts at most 2^32 - 1 (and world * B * T wrapped to 0 made
        the shard check pass, then divided by it: an outside trial's
@@ -7806,6 +7829,15 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
    step, as llm.c's loader): a token's n is the steps, which world_size, B
    and T decide, so a token of another world size is refused as an n that
    differs. Said why. */
+/* The token reader's step, world_size * B * T tokens: what its positions
+   count in, written in its tokens (tokens=) and checked at a resume. n
+   alone let a token of another world size or B resume when the counts
+   of steps happened to agree (an outside trial's small shard: world 8 to
+   9 went on at token 18 of 16). The same step on another world size and
+   B, T is the same position: resumed, as llm.c's loader would. */
+static uint64_t pf__rd_token_step(const pf_config *c) {
+    return c->load == pf__tok_load ? ((const pf_tokens *)c->user)->world * ((const pf_tokens *)c->user)->bt : 0;
+}
 static const char *pf__rd_token_hint(const pf_config *c) {
     return c->load == pf__tok_load ? " (pf_tokens: a sample is a step of world_size * B * T tokens: a token written "
                                      "with another world_size, B or T does not resume here)"
@@ -8401,6 +8433,7 @@ PF_API pf_result pf_tar_open(const pf_tar_config *tc, pf_config *cfg, pf_tar **o
 static bool pf__rd_hooks_any_thread(const pf_config *c) { return (void)c, false; }
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) { return (void)c, (void)why, (void)n, PF_OK; }
 static const char *pf__rd_token_hint(const pf_config *c) { return (void)c, ""; }
+static uint64_t pf__rd_token_step(const pf_config *c) { return (void)c, 0; }
 static pf_result pf__rd_none(const char *who) {
     pf__format(pf__create_error, sizeof pf__create_error,
                "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "

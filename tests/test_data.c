@@ -1800,7 +1800,11 @@ static void test_tokens_match_llmc(void) {
             pthread_mutex_destroy(&k.mu);
         }
     {   /* a token of world size 1 on world size 3: refused, saying why
-           (the count of steps differs; the loader itself is rank 0 of 1) */
+           (the step differs: positions would name other tokens; the loader
+           itself is rank 0 of 1). The same step on another world size and
+           B resumes; so does a token written before tokens= was (the count
+           of steps then says what it can). helper-47: the steps' counts
+           agreed, and world 8 went on at world 9, at other tokens. */
         pf_tokens *tk = NULL;
         pf_tokens_config tc = k_config(pp, 3, 4, 16);
         pf_config cfg = t_config_base(0, 2, 0, 2);
@@ -1817,6 +1821,30 @@ static void test_tokens_match_llmc(void) {
         cfg = t_config_base(0, 2, 0, 2);
         cfg.world_size = 3;
         cfg.rank = 1;
+        CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
+        cfg.resume = tok;
+        CHECK_CONTAINS(tok, " tokens=64");
+        CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
+        CHECK_CONTAINS(pf_error(NULL), "resume token is for steps of 64 tokens (world_size * B * T), this pf_tokens "
+                                       "reader's are 192");
+        pf_tokens_close(tk);
+        {   /* world 2 of B = 2: the same 64-token step, the same position */
+            pf_tokens_config tc2 = k_config(pp, 3, 2, 16);
+            cfg = t_config_base(0, 2, 0, 2);
+            cfg.world_size = 2;
+            cfg.rank = 1;
+            CHECK_EQ(pf_tokens_open(&tc2, &cfg, &tk), PF_OK);
+            cfg.resume = tok;
+            CHECKF(pf_create(&cfg, &l) == PF_OK, "%s", pf_error(NULL));
+            CHECK_EQ(pf_next(l, &b), PF_OK);
+            CHECK(b.batch == 1 && b.indices[0] == 2); /* steps 2 and 3, after the first run's 0 and 1 */
+            CHECK_EQ(pf_release(l, &b), PF_OK);
+            pf_destroy(l);
+            pf_tokens_close(tk);
+        }
+        *strstr(tok, " tokens=") = '\0'; /* an older token: the count of steps differs, and says why */
+        cfg = t_config_base(0, 2, 0, 2);
+        cfg.world_size = 3;
         CHECK_EQ(pf_tokens_open(&tc, &cfg, &tk), PF_OK);
         cfg.resume = tok;
         CHECK_EQ(pf_create(&cfg, &l), PF_ERR_INVALID_ARG);
@@ -2845,6 +2873,8 @@ static void test_readers_refuse_fifos_and_say_when_descriptors_run_out(void) {
     kc = k_config(pp, 1, 1u << 24, 1u << 24);
     cfg.world_size = 65536;
     expect_open_error(pf_tokens_open(&kc, &cfg, &tk), "tokens a step is more than any shard holds");
+    cfg.world_size = 65537; /* the open sets it to 1: said there, as pf_create would */
+    expect_open_error(pf_tokens_open(&kc, &cfg, &tk), "cfg.world_size is 65537: at most 65536");
     cfg.world_size = 0;
     {   /* a growing list of 48 files, with 20 descriptors to spare: the
            epoch fails, naming why, instead of coming out smaller */
