@@ -7154,6 +7154,23 @@ static int pf__pread_direct(int fd, unsigned char *buf, size_t bufsize, unsigned
     return 0;
 }
 
+/* Room for need elements in *p (cap of them now), doubling; the allocator
+   has no realloc: a new block, the old one copied and freed. */
+static bool pf__grow_array(const pf_allocator *a, void **p, uint64_t *cap, uint64_t need, size_t elem) {
+    uint64_t c = *cap ? *cap : 64;
+    void *q;
+    if (need <= *cap) return true;
+    while (c < need) c *= 2;
+    if (c > SIZE_MAX / elem) return false;
+    q = pf__rd_alloc(a, (size_t)(c * elem));
+    if (!q) return false;
+    if (*p) memcpy(q, *p, (size_t)(*cap * elem));
+    pf__rd_free(a, *p);
+    *p = q;
+    *cap = c;
+    return true;
+}
+
 /* >>records --------------------------------------------------------------- */
 /* A view is one epoch's file list: the files, and the first sample of each.
    Static lists have one view for every epoch. A growing list (path_fn)
@@ -7181,6 +7198,8 @@ typedef struct pf__rec_view {
     uint32_t n, listed; /* files in it; files the list named */
     pf__rec_file **files;
     uint64_t *first; /* n + 1: sample index of each file's first record, then the total */
+    uint64_t cap;    /* files' room (first's is one more): grown as lists grow */
+    uint64_t loaded; /* samples whose load ended: all of this rank's, the view goes */
 } pf__rec_view;
 
 struct pf_records {
@@ -7189,9 +7208,12 @@ struct pf_records {
     pf__mutex mu;
     bool mu_ok, direct;
     pf__rec_file **cache;
-    uint32_t ncache, cache_cap;
+    uint32_t ncache, cache_cap; /* cache_cap: files open at once, at most */
+    uint64_t cache_room;        /* the cache array's (grown as files open) */
     pf__rec_view *views;
     uint32_t keep;
+    uint32_t world;             /* pf_create's world_size and drop_last: a rank's samples of an epoch */
+    bool drop_last;
 };
 
 static void pf__rec_unref(pf_records *r, pf__rec_file *f) {
@@ -7233,6 +7255,11 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
         pf__format(why, n, "too many files open at once (%u) to open %s", (unsigned)r->cache_cap, path);
         return NULL;
     }
+    if (!pf__grow_array(&r->rd.al, (void **)&r->cache, &r->cache_room, (uint64_t)r->ncache + 1, sizeof(pf__rec_file *))) {
+        pf__format(why, n, PF__RD_OOM " opening %s", pf__rd_refused, path);
+        *oom = true;
+        return NULL;
+    }
     direct = r->direct;
     fd = PF__OPEN(path, PF__RD_FLAGS | (direct ? PF__O_DIRECT : 0));
     if (fd < 0 && direct && errno == EINVAL) { /* this file system refuses O_DIRECT: this file reads buffered */
@@ -7243,7 +7270,8 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
     if (fd < 0) {
         *scarce = pf__rd_scarce(errno);
         pf__format(why, n, "cannot open %s: %s%s", path, pf__errno_text(errno, err, sizeof err),
-                   errno == EMFILE ? " (the process's file descriptors: raise `ulimit -n`, or lower max_files)" : "");
+                   errno == EMFILE ? " (the process's file descriptors: raise `ulimit -n`; a growing list holds the "
+                                     "files of the epochs still loading)" : "");
         return NULL;
     }
     stat_ok = fstat(fd, &st) == 0; /* what was opened, should path have changed since the stat */
@@ -7270,6 +7298,19 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
     return f;
 }
 
+/* Room for need files in v's list: the lists are as long as path_fn makes
+   them, not max_files each (host_slots + 3 views of 4096 files each took
+   400 MB with host_slots 4096, an outside trial). false: out of memory. */
+static bool pf__rec_view_room(pf_records *r, pf__rec_view *v, uint64_t need) {
+    uint64_t cap = v->cap, fcap = v->cap ? v->cap + 1 : 0;
+    if (need <= v->cap) return true;
+    if (!pf__grow_array(&r->rd.al, (void **)&v->files, &cap, need, sizeof(pf__rec_file *)) ||
+        !pf__grow_array(&r->rd.al, (void **)&v->first, &fcap, cap + 1, sizeof(uint64_t)))
+        return false;
+    v->cap = cap; /* first holds cap + 1 or more */
+    return true;
+}
+
 /* Fill v from the path list (strict: a file that cannot be opened or is
    shorter than its header is an error; else it is left out, as a file
    evicted between the listing and now). Out of memory is an error either
@@ -7281,6 +7322,11 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
     v->epoch = epoch;
     v->n = v->listed = 0;
     v->used = true;
+    v->loaded = 0;
+    if (!pf__rec_view_room(r, v, 1)) {
+        pf__format(why, n, PF__RD_OOM " for epoch %llu's file list", pf__rd_refused, (unsigned long long)epoch);
+        return PF_ERR_NO_MEMORY;
+    }
     v->first[0] = 0;
     for (k = 0;; k++) {
         const char *path = r->c.path_fn ? r->c.path_fn(r->c.user, epoch, k) : k < r->c.num_paths ? r->c.paths[k] : NULL;
@@ -7322,6 +7368,11 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
                        "number of records of %llu bytes: the last %llu bytes are left out", path,
                        (unsigned long long)size, (unsigned long long)r->c.header_bytes,
                        (unsigned long long)r->c.record_bytes, (unsigned long long)(size % r->c.record_bytes));
+        }
+        if (!pf__rec_view_room(r, v, (uint64_t)v->n + 1)) {
+            pf__rec_unref(r, f);
+            pf__format(why, n, PF__RD_OOM " for epoch %llu's file list", pf__rd_refused, (unsigned long long)epoch);
+            return PF_ERR_NO_MEMORY;
         }
         v->files[v->n] = f;
         v->first[v->n + 1] = v->first[v->n] + size / r->c.record_bytes;
@@ -7387,7 +7438,7 @@ static uint32_t pf__rec_find(const pf__rec_view *v, uint64_t x) { /* the last fi
    files listed now. Under the lock: a view is written only under it.
    NULL, and why, when memory ran out building it (the next load of the
    epoch tries again). */
-static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch, char *why, size_t n) {
+static pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch, char *why, size_t n) {
     pf__rec_view *v = &r->views[epoch % r->keep];
     if (!r->c.path_fn) return &r->views[0];
     pf__lock(&r->mu);
@@ -7402,17 +7453,44 @@ static const pf__rec_view *pf__rec_view_of(pf_records *r, uint64_t epoch, char *
     return v;
 }
 
+static int pf__rec_read(pf_records *r, pf_job *job, pf__rd_ws *ws, const pf__rec_view *v);
+
+/* A growing list's view goes once this rank's every sample of its epoch
+   was loaded (the load of each ended, whatever it did; none is loaded
+   twice): its files close then, not host_slots + 3 epochs later (an
+   outside trial's rolling cache deleted each epoch's shard, and 34 stayed
+   open, their disk space held; at ulimit -n 64 the run failed at epoch
+   55). A resumed epoch's, whose first samples are never loaded, goes as
+   the ring comes round. */
+static void pf__rec_loaded(pf_records *r, pf__rec_view *v, uint64_t epoch, uint32_t count) {
+    uint64_t n, mine;
+    pf__lock(&r->mu);
+    n = v->used && v->epoch == epoch ? v->first[v->n] : 0;
+    mine = r->drop_last ? n / r->world : (n + r->world - 1) / r->world;
+    if (n && (v->loaded += count) >= mine) pf__rec_view_clear(r, v);
+    pf__unlock(&r->mu);
+}
+
 static int pf__rec_load(void *user, pf_job *job) {
     pf_records *r = (pf_records *)user;
     pf__rd_ws *ws = pf__rd_begin(&r->rd, job);
-    const pf__rec_view *v;
-    size_t rb = r->c.record_bytes;
-    uint32_t i = 0;
+    pf__rec_view *v;
     char why[PF__MSG_SIZE];
+    int rc;
     if (!ws) return -1;
     v = pf__rec_view_of(r, job->epoch, why, sizeof why);
     if (!v) return pf_job_fail(job, "pf_records: epoch %llu: %s", (unsigned long long)job->epoch, why);
+    rc = pf__rec_read(r, job, ws, v);
+    if (r->c.path_fn) pf__rec_loaded(r, v, job->epoch, job->count);
+    return rc;
+}
+
+/* The job's records, from view v (not written while its epoch loads). */
+static int pf__rec_read(pf_records *r, pf_job *job, pf__rd_ws *ws, const pf__rec_view *v) {
+    size_t rb = r->c.record_bytes;
+    uint32_t i = 0;
     if (!v->first[v->n]) {
+        char why[PF__MSG_SIZE];
         pf__rec_empty_why(r, v, why, sizeof why);
         return pf_job_fail(job, "%s", why);
     }
@@ -7492,6 +7570,7 @@ static void pf__rec_views_free(pf_records *r) {
     r->views = NULL;
     r->cache = NULL;
     r->keep = r->cache_cap = 0;
+    r->cache_room = 0;
 }
 
 /* A ring of keep views, and a file cache every view's files fit in (all
@@ -7500,30 +7579,12 @@ static void pf__rec_views_free(pf_records *r) {
    false: out of memory, the ring as it was. */
 static bool pf__rec_ring(pf_records *r, uint32_t keep) {
     const pf_allocator *al = &r->rd.al;
-    uint32_t files = r->c.max_files, made = 0;
-    pf__rec_view *views = (pf__rec_view *)pf__rd_calloc(al, keep, sizeof *views);
-    pf__rec_file **cache = (pf__rec_file **)pf__rd_calloc(al, (size_t)keep * files, sizeof(pf__rec_file *)); /* pointers to the files */
-    bool ok = views && cache;
-    for (; ok && made < keep; made++) {
-        views[made].files = (pf__rec_file **)pf__rd_calloc(al, files, sizeof(pf__rec_file *));
-        views[made].first = (uint64_t *)pf__rd_calloc(al, (size_t)files + 1, sizeof(uint64_t));
-        ok = views[made].files && views[made].first;
-    }
-    if (!ok) {
-        uint32_t i;
-        for (i = 0; views && i < made; i++) { /* made: the failed one too, partly */
-            pf__rd_free(al, views[i].files);
-            pf__rd_free(al, views[i].first);
-        }
-        pf__rd_free(al, views);
-        pf__rd_free(al, cache);
-        return false;
-    }
+    pf__rec_view *views = (pf__rec_view *)pf__rd_calloc(al, keep, sizeof *views); /* lists: pf__rec_view_room */
+    if (!views) return false;
     pf__rec_views_free(r);
     r->views = views;
     r->keep = keep;
-    r->cache = cache;
-    r->cache_cap = keep * files;
+    r->cache_cap = keep * r->c.max_files; /* every view's files, all different at worst */
     return true;
 }
 
@@ -7550,9 +7611,11 @@ static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) {
     pf_records *r = (pf_records *)c->user;
     uint32_t keep = c->host_slots + 3;
     bool ok;
-    if (c->load != pf__rec_load || !r->c.path_fn || r->keep >= keep) return PF_OK;
+    if (c->load != pf__rec_load || !r->c.path_fn) return PF_OK;
     pf__lock(&r->mu);
-    ok = pf__rec_ring(r, keep);
+    r->world = c->world_size ? c->world_size : 1;
+    r->drop_last = c->drop_last;
+    ok = r->keep >= keep || pf__rec_ring(r, keep);
     pf__unlock(&r->mu);
     if (!ok)
         return (pf__format(why, n, "pf_create: pf_records: " PF__RD_OOM " for %u epochs' file lists of up to %u files "
@@ -7586,6 +7649,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     r->rd.al = al;
     r->c = *rc;
     if (!r->c.max_files) r->c.max_files = 4096;
+    r->world = 1; /* pf_create says (pf__rd_fit) */
     if (r->c.paths) r->c.max_files = r->c.num_paths;
     if (!r->c.sample_bytes) r->c.sample_bytes = r->c.step ? r->c.record_bytes : 0;
     r->direct = r->c.direct && PF__O_DIRECT != 0;
@@ -7874,23 +7938,6 @@ struct pf_tar {
     uint64_t max_span, max_bytes;
     uint32_t max_parts;
 };
-
-/* Room for need elements in *p (cap of them now), doubling; the allocator
-   has no realloc: a new block, the old one copied and freed. */
-static bool pf__grow_array(const pf_allocator *a, void **p, uint64_t *cap, uint64_t need, size_t elem) {
-    uint64_t c = *cap ? *cap : 64;
-    void *q;
-    if (need <= *cap) return true;
-    while (c < need) c *= 2;
-    if (c > SIZE_MAX / elem) return false;
-    q = pf__rd_alloc(a, (size_t)(c * elem));
-    if (!q) return false;
-    if (*p) memcpy(q, *p, (size_t)(*cap * elem));
-    pf__rd_free(a, *p);
-    *p = q;
-    *cap = c;
-    return true;
-}
 
 static uint32_t pf__tar_name(pf_tar *t, const char *s, size_t len) { /* into the name pool; UINT32_MAX: no memory */
     uint64_t cap = t->names_cap;

@@ -1480,6 +1480,20 @@ static void test_records_growing_list_keeps_every_view_a_load_needs(void) {
     }
     CHECK_EQ(r, PF_END_OF_DATA);
     CHECK(kv_planned >= 24); /* the wait above ended because epochs were planned, not by its timeout */
+    {   /* every epoch loaded: its files closed, not kept for host_slots + 3
+           epochs (helper-47: a rolling cache's deleted shards stayed open) */
+        char link[64], target[512];
+        int open_here = 0;
+        for (int fd = 0; fd < 1024; fd++) {
+            ssize_t k;
+            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+            k = readlink(link, target, sizeof target - 1);
+            if (k <= 0) continue;
+            target[k] = '\0';
+            open_here += strncmp(target, tmpdir, strlen(tmpdir)) == 0;
+        }
+        CHECKF(open_here == 0, "%d of the epochs' files still open", open_here);
+    }
     CHECK_EQ(wrong, 0);
     CHECK_EQ(samples, 60 * 4);
     pf_destroy(l);
