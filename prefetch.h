@@ -1887,6 +1887,7 @@ static bool pf__rd_hooks_any_thread(const pf_config *c); /* >>readers */
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n); /* >>readers */
 static const char *pf__rd_token_hint(const pf_config *c);            /* >>readers */
 static uint64_t pf__rd_token_step(const pf_config *c);               /* >>readers */
+static void pf__rd_serve(const pf_config *c, int delta);              /* >>readers */
 
 /* May a load run on pf_next's thread? Not with the caller's own per-thread
    hooks: their state belongs to worker threads. A reader's own (its read
@@ -6358,6 +6359,7 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         if (l) pf__teardown(l);
         return r;
     }
+    pf__rd_serve(&c, +1);
     pf__log(&c, PF_LOG_INFO, "created: %s backend, %u workers, %u host slots%s of %llu bytes",
             l->ops->backend == PF_BACKEND_CUDA ? "CUDA" : "host", (unsigned)c.num_workers, (unsigned)c.host_slots,
             l->ops->backend == PF_BACKEND_CUDA ? " (pinned)" : "", (unsigned long long)l->stride);
@@ -6368,7 +6370,11 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
 PF_API pf_backend pf_get_backend(const pf_loader *l) { return l ? l->ops->backend : PF_BACKEND_DEFAULT; }
 
 PF_API void pf_destroy(pf_loader *l) {
-    if (l) pf__teardown(l);
+    pf_config c;
+    if (!l) return;
+    c = l->cfg; /* the reader is told once no load of this loader runs */
+    pf__teardown(l);
+    pf__rd_serve(&c, -1);
 }
 
 PF_API pf_result pf_next(pf_loader *l, pf_batch *out) {
@@ -7214,6 +7220,7 @@ struct pf_records {
     uint32_t keep;
     uint32_t world;             /* pf_create's world_size and drop_last: a rank's samples of an epoch */
     bool drop_last;
+    uint32_t serving;           /* loaders made with it and not destroyed (pf__rd_serve) */
 };
 
 static void pf__rec_unref(pf_records *r, pf__rec_file *f) {
@@ -7607,12 +7614,29 @@ PF_API void pf_records_close(pf_records *r) {
    of another epoch (30-87 wrong samples a run, no error), and a view was
    rebuilt under a load still reading it. The ring is made anew (with
    nothing planned, no view is in use). One loader at a time per reader. */
+/* A loader made with the reader (+1), or destroyed (-1): a growing list
+   serves one at a time (an outside trial: a second pf_create on a reader
+   a live loader used freed the views under that loader's loads). */
+static void pf__rd_serve(const pf_config *c, int delta) {
+    pf_records *r = (pf_records *)c->user;
+    if (c->load != pf__rec_load || !r->c.path_fn) return;
+    pf__lock(&r->mu);
+    r->serving = (uint32_t)((int)r->serving + delta);
+    pf__unlock(&r->mu);
+}
+
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) {
     pf_records *r = (pf_records *)c->user;
     uint32_t keep = c->host_slots + 3;
     bool ok;
     if (c->load != pf__rec_load || !r->c.path_fn) return PF_OK;
     pf__lock(&r->mu);
+    if (r->serving) { /* its views are by epoch: a second loader's epochs would rebuild the first's under its loads */
+        pf__unlock(&r->mu);
+        return (pf__format(why, n, "pf_create: this pf_records reader (a growing list, path_fn) already serves a "
+                                   "loader: destroy that one first, or open a reader for each loader"),
+                PF_ERR_INVALID_STATE);
+    }
     r->world = c->world_size ? c->world_size : 1;
     r->drop_last = c->drop_last;
     ok = r->keep >= keep || pf__rec_ring(r, keep);
@@ -8481,6 +8505,7 @@ static bool pf__rd_hooks_any_thread(const pf_config *c) { return (void)c, false;
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) { return (void)c, (void)why, (void)n, PF_OK; }
 static const char *pf__rd_token_hint(const pf_config *c) { return (void)c, ""; }
 static uint64_t pf__rd_token_step(const pf_config *c) { return (void)c, 0; }
+static void pf__rd_serve(const pf_config *c, int delta) { (void)c, (void)delta; }
 static pf_result pf__rd_none(const char *who) {
     pf__format(pf__create_error, sizeof pf__create_error,
                "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "

@@ -1496,7 +1496,17 @@ static void test_records_growing_list_keeps_every_view_a_load_needs(void) {
     }
     CHECK_EQ(wrong, 0);
     CHECK_EQ(samples, 60 * 4);
-    pf_destroy(l);
+    {   /* a second loader on it while this one lives: refused; after it, fine */
+        pf_loader *l2 = NULL;
+        cfg.resume = NULL;
+        CHECK_EQ(pf_create(&cfg, &l2), PF_ERR_INVALID_STATE);
+        CHECK_CONTAINS(pf_error(NULL), "already serves a loader");
+        pf_destroy(l);
+        l = NULL;
+        cfg.epochs = 1;
+        CHECK_EQ(pf_create(&cfg, &l2), PF_OK);
+        pf_destroy(l2);
+    }
     pf_records_close(rd);
     tmp_end();
 }
