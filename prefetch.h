@@ -7195,7 +7195,7 @@ typedef struct pf__rec_file {
     uint32_t refs;
     dev_t dev; /* what fd is: a path now naming another file is opened anew */
     ino_t ino;
-    bool warned; /* its partial last record was logged (once per file) */
+    bool warned; /* its partial last record was logged (once per file: pf__rec_warn_once) */
 } pf__rec_file;
 
 typedef struct pf__rec_view {
@@ -7221,6 +7221,11 @@ struct pf_records {
     uint32_t world;             /* pf_create's world_size and drop_last: a rank's samples of an epoch */
     bool drop_last;
     uint32_t serving;           /* loaders made with it and not destroyed (pf__rd_serve) */
+    struct {
+        uint64_t dev, ino;
+    } warned[32];            /* the last 32 files said to be cut: once each, though a growing list's file
+                                closes and opens again */
+    uint32_t nwarned;
 };
 
 static void pf__rec_unref(pf_records *r, pf__rec_file *f) {
@@ -7305,6 +7310,19 @@ static pf__rec_file *pf__rec_get(pf_records *r, const char *path, char *why, siz
     return f;
 }
 
+/* A cut file is said once, not each time a growing list opens it again:
+   false, it was (and f remembers). */
+static bool pf__rec_warn_once(pf_records *r, pf__rec_file *f) {
+    uint32_t i, k = r->nwarned % 32;
+    f->warned = true;
+    for (i = 0; i < r->nwarned && i < 32; i++)
+        if (r->warned[i].dev == (uint64_t)f->dev && r->warned[i].ino == (uint64_t)f->ino) return false;
+    r->warned[k].dev = (uint64_t)f->dev; /* no memory asked for a warning: the oldest goes */
+    r->warned[k].ino = (uint64_t)f->ino;
+    r->nwarned++;
+    return true;
+}
+
 /* Room for need files in v's list: the lists are as long as path_fn makes
    them, not max_files each (host_slots + 3 views of 4096 files each took
    400 MB with host_slots 4096, an outside trial). false: out of memory. */
@@ -7369,8 +7387,7 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
             continue;
         }
         size = (uint64_t)st.st_size - r->c.header_bytes;
-        if (size % r->c.record_bytes && !f->warned) { /* a file cut short, or the wrong record_bytes? */
-            f->warned = true;
+        if (size % r->c.record_bytes && !f->warned && pf__rec_warn_once(r, f)) { /* cut short, or the wrong record_bytes? */
             pf__rd_log(&r->rd, PF_LOG_WARN, "pf_records: %s: %llu bytes after header_bytes (%llu) are not a whole "
                        "number of records of %llu bytes: the last %llu bytes are left out", path,
                        (unsigned long long)size, (unsigned long long)r->c.header_bytes,
