@@ -7346,12 +7346,12 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
     uint32_t k;
     v->epoch = epoch;
     v->n = v->listed = 0;
-    v->used = true;
     v->loaded = 0;
     if (!pf__rec_view_room(r, v, 1)) {
         pf__format(why, n, PF__RD_OOM " for epoch %llu's file list", pf__rd_refused, (unsigned long long)epoch);
         return PF_ERR_NO_MEMORY;
     }
+    v->used = true; /* its first[] is there */
     v->first[0] = 0;
     for (k = 0;; k++) {
         const char *path = r->c.path_fn ? r->c.path_fn(r->c.user, epoch, k) : k < r->c.num_paths ? r->c.paths[k] : NULL;
@@ -7724,8 +7724,9 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
                        (unsigned)r->c.num_paths, (unsigned long long)r->c.record_bytes,
                        (unsigned long long)r->c.header_bytes);
             res = PF_ERR_INVALID_ARG;
+        } else {
+            cfg->num_samples = r->views[0].first[r->views[0].n];
         }
-        cfg->num_samples = r->views[0].first[r->views[0].n];
     } else if (res == PF_OK) {
         cfg->num_samples_fn = pf__rec_count;
     }
