@@ -6307,22 +6307,13 @@ static pf_result pf__host_fallback(const pf_config *c, char *why, size_t n) {
     return PF_OK;
 }
 
-PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
-    char *why = pf__create_error;
-    size_t n = sizeof pf__create_error;
-    pf_config c;
+/* pf_create past its checks and the reader's word: c is the config with
+   its defaults. */
+static pf_result pf__create(pf_config c, pf_loader **out, char *why, size_t n) {
     const pf__backend_ops *ops = &pf__host_ops;
     pf_loader *l = NULL;
     pf__resume rs;
     pf_result r;
-    why[0] = '\0';
-    if (!out) return (pf__format(why, n, "pf_create: out is NULL"), PF_ERR_INVALID_ARG);
-    *out = NULL;
-    if (!cfg) return (pf__format(why, n, "pf_create: cfg is NULL"), PF_ERR_INVALID_ARG);
-    c = pf_config_defaults(cfg);
-    r = pf__check_config(cfg, &c, why, n);
-    if (r == PF_OK) r = pf__rd_fit(&c, why, n); /* a reader's bookkeeping for this config */
-    if (r != PF_OK) return r;
     memset(&rs, 0, sizeof rs);
     if (c.resume) { /* checked before anything is allocated; read again into the loader (pf__resume_at) */
         r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
@@ -6359,12 +6350,29 @@ PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
         if (l) pf__teardown(l);
         return r;
     }
-    pf__rd_serve(&c, +1);
     pf__log(&c, PF_LOG_INFO, "created: %s backend, %u workers, %u host slots%s of %llu bytes",
             l->ops->backend == PF_BACKEND_CUDA ? "CUDA" : "host", (unsigned)c.num_workers, (unsigned)c.host_slots,
             l->ops->backend == PF_BACKEND_CUDA ? " (pinned)" : "", (unsigned long long)l->stride);
     *out = l;
     return PF_OK;
+}
+
+PF_API pf_result pf_create(const pf_config *cfg, pf_loader **out) {
+    char *why = pf__create_error;
+    size_t n = sizeof pf__create_error;
+    pf_config c;
+    pf_result r;
+    why[0] = '\0';
+    if (!out) return (pf__format(why, n, "pf_create: out is NULL"), PF_ERR_INVALID_ARG);
+    *out = NULL;
+    if (!cfg) return (pf__format(why, n, "pf_create: cfg is NULL"), PF_ERR_INVALID_ARG);
+    c = pf_config_defaults(cfg);
+    r = pf__check_config(cfg, &c, why, n);
+    if (r == PF_OK) r = pf__rd_fit(&c, why, n); /* a reader's bookkeeping for this config; it serves it now */
+    if (r != PF_OK) return r;
+    r = pf__create(c, out, why, n);
+    if (r != PF_OK) pf__rd_serve(&c, -1);
+    return r;
 }
 
 PF_API pf_backend pf_get_backend(const pf_loader *l) { return l ? l->ops->backend : PF_BACKEND_DEFAULT; }
@@ -7218,7 +7226,7 @@ struct pf_records {
     uint64_t cache_room;        /* the cache array's (grown as files open) */
     pf__rec_view *views;
     uint32_t keep;
-    uint32_t world;             /* pf_create's world_size and drop_last: a rank's samples of an epoch */
+    uint32_t world, batch_size; /* pf_create's, with drop_last: a rank's samples of an epoch it loads */
     bool drop_last;
     uint32_t serving;           /* loaders made with it and not destroyed (pf__rd_serve) */
     struct {
@@ -7490,7 +7498,8 @@ static void pf__rec_loaded(pf_records *r, pf__rec_view *v, uint64_t epoch, uint3
     uint64_t n, mine;
     pf__lock(&r->mu);
     n = v->used && v->epoch == epoch ? v->first[v->n] : 0;
-    mine = r->drop_last ? n / r->world : (n + r->world - 1) / r->world;
+    /* as pf__plan_init counts them: drop_last drops the short batch too */
+    mine = r->drop_last ? n / r->world / r->batch_size * r->batch_size : (n + r->world - 1) / r->world;
     if (n && (v->loaded += count) >= mine) pf__rec_view_clear(r, v);
     pf__unlock(&r->mu);
 }
@@ -7608,7 +7617,10 @@ static bool pf__rec_ring(pf_records *r, uint32_t keep) {
     pf__rec_views_free(r);
     r->views = views;
     r->keep = keep;
-    r->cache_cap = keep * r->c.max_files; /* every view's files, all different at worst */
+    {   /* every view's files, all different at worst (a 64-bit product: max_files may be large) */
+        uint64_t cap = (uint64_t)keep * r->c.max_files;
+        r->cache_cap = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+    }
     return true;
 }
 
@@ -7621,7 +7633,9 @@ PF_API void pf_records_close(pf_records *r) {
     pf__rd_free(&al, r);
 }
 
-/* pf_create's word with a reader, before anything is planned: a growing
+/* pf_create's word with a reader, before anything is planned (a loader
+   it serves from here: pf_create tells it if it fails after, and
+   pf_destroy when it ends, pf__rd_serve): a growing
    record list keeps a view for every epoch a load may still need, and that
    is host_slots + 3 of the config pf_create got (pf__rec_view's comment).
    The open sized the ring by the config as it was then: before it set
@@ -7656,7 +7670,15 @@ static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) {
     }
     r->world = c->world_size ? c->world_size : 1;
     r->drop_last = c->drop_last;
-    ok = r->keep >= keep || pf__rec_ring(r, keep);
+    r->batch_size = c->batch_size;
+    if (r->keep >= keep) { /* a loader before this one left its lists, and their counts of loads: let go */
+        uint32_t i;
+        for (i = 0; i < r->keep; i++) pf__rec_view_clear(r, &r->views[i]);
+        ok = true;
+    } else {
+        ok = pf__rec_ring(r, keep);
+    }
+    r->serving += ok; /* now, not at the end of pf_create: two at once, one is refused */
     pf__unlock(&r->mu);
     if (!ok)
         return (pf__format(why, n, "pf_create: pf_records: " PF__RD_OOM " for %u epochs' file lists of up to %u files "
@@ -7690,7 +7712,7 @@ PF_API pf_result pf_records_open(const pf_records_config *rc, pf_config *cfg, pf
     r->rd.al = al;
     r->c = *rc;
     if (!r->c.max_files) r->c.max_files = 4096;
-    r->world = 1; /* pf_create says (pf__rd_fit) */
+    r->world = r->batch_size = 1; /* pf_create says (pf__rd_fit) */
     if (r->c.paths) r->c.max_files = r->c.num_paths;
     if (!r->c.sample_bytes) r->c.sample_bytes = r->c.step ? r->c.record_bytes : 0;
     r->direct = r->c.direct && PF__O_DIRECT != 0;
@@ -8092,7 +8114,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     char *longname = (char *)pf__rd_calloc(&t->rd.al, 1, PF__TAR_PATH);
     bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false,
          meta_pending = false, /* an L or x record read, its entry not yet */
-         pax_sparse = false, trailing = false, lone = false;
+         pax_sparse = false, trailing = false, lone = false, one_end = false;
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
@@ -8155,6 +8177,10 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
                         lone = q == pos + 512;
                         zeros_at = pos;
                     }
+                }
+                if (!trailing && q == pos + 512) { /* one end block of two: cut (tar: "a lone zero block") */
+                    one_end = true;
+                    zeros_at = pos;
                 }
                 break;
             }
@@ -8356,6 +8382,9 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: zero blocks (an end of archive) at byte %llu%s, with entries "
                    "after them: read on (a lone zero block is damage; tar stops there; archives concatenated with "
                    "cat are read whole)", path, (unsigned long long)zeros_at, zeros > 1 ? " and further on" : "");
+    if (one_end)
+        pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s ends with one zero block at byte %llu, not the two of an end of "
+                   "archive (cut?); its entries up to there are read", path, (unsigned long long)zeros_at);
     if (trailing && lone)
         pf__rd_log(&t->rd, PF_LOG_WARN, "pf_tar: %s: a lone zero block at byte %llu, and no header after it "
                    "(damaged?): the %llu bytes from there on are left out, as tar leaves them", path,

@@ -1511,6 +1511,147 @@ static void test_records_growing_list_keeps_every_view_a_load_needs(void) {
     tmp_end();
 }
 
+/* helper-48, against the growing list's lists: (1) a resume on the same
+   reader reused the old loader's list of the resumed epoch, with its count
+   of loads, and let it go while the new loader still read it: 8 samples of
+   40 came from another listing; (2) two pf_create at once on one reader
+   both succeeded; (3) with drop_last an epoch's count never reached what
+   was loaded, and its files stayed open; (4) a large max_files wrapped the
+   open-file cap to 0. */
+static char gr_paths[2][300];
+static int gr_listing; /* which file path_fn names: 0, then 1 after the checkpoint */
+static unsigned gr_asked; /* path_fn's first-file calls */
+static const char *gr_path_fn(void *user, uint64_t epoch, uint32_t k) {
+    (void)user, (void)epoch;
+    if (k) return NULL;
+    __atomic_fetch_add(&gr_asked, 1u, __ATOMIC_SEQ_CST);
+    return gr_paths[__atomic_load_n(&gr_listing, __ATOMIC_SEQ_CST)];
+}
+static int gr_files_open(void) {
+    char link[64], target[512];
+    int open_here = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        ssize_t k;
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        k = readlink(link, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = '\0';
+        open_here += strncmp(target, tmpdir, strlen(tmpdir)) == 0;
+    }
+    return open_here;
+}
+typedef struct gr_race {
+    const pf_config *cfg;
+    pf_loader *l;
+    pf_result r;
+} gr_race;
+static void *gr_create(void *p) {
+    gr_race *g = (gr_race *)p;
+    g->r = pf_create(g->cfg, &g->l);
+    return NULL;
+}
+static void test_records_growing_list_resume_race_and_drop_last(void) {
+    pf_records *rd = NULL;
+    pf_records_config rc;
+    pf_config cfg = PF_CONFIG_INIT;
+    pf_loader *l = NULL;
+    pf_batch b;
+    pf_result r;
+    char tok[512];
+    uint64_t got = 0;
+    tmp_begin();
+    for (uint32_t f = 0; f < 2; f++) { /* 40 records {record, file} */
+        FILE *fp;
+        tmp_path(gr_paths[f], sizeof gr_paths[f], "gr%u.bin", f);
+        fp = fopen(gr_paths[f], "wb");
+        CHECK(fp != NULL);
+        if (!fp) return;
+        for (uint64_t i = 0; i < 40; i++) {
+            uint64_t v[2] = {i, f};
+            CHECK_EQ(fwrite(v, 8, 2, fp), 2);
+        }
+        fclose(fp);
+    }
+    memset(&rc, 0, sizeof rc);
+    rc.path_fn = gr_path_fn;
+    rc.record_bytes = 16;
+    cfg.batch_size = 1;
+    cfg.num_workers = 4;
+    cfg.epochs = 1;
+    cfg.backend = PF_BACKEND_HOST;
+    gr_listing = 0;
+    CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    for (int i = 0; i < 10; i++) { /* the workers load ahead, into the rest of the epoch */
+        CHECK_EQ(pf_next(l, &b), PF_OK);
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    CHECK_EQ(pf_checkpoint(l, tok, sizeof tok), PF_OK);
+    pf_destroy(l);
+    gr_listing = 1; /* the resumed epoch reads the files listed when it resumes */
+    gr_asked = 0;
+    cfg.resume = tok;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    while ((r = pf_next(l, &b)) == PF_OK) {
+        uint64_t v[2];
+        memcpy(v, b.data, sizeof v);
+        CHECKF(v[1] == 1 && v[0] == b.indices[0], "batch %llu: record %llu of file %llu", (unsigned long long)b.batch,
+               (unsigned long long)v[0], (unsigned long long)v[1]);
+        got++;
+        CHECK_EQ(pf_release(l, &b), PF_OK);
+    }
+    CHECK_EQ(r, PF_END_OF_EPOCH);
+    CHECK_EQ(got, 30);
+    CHECK_EQ(gr_asked, 1); /* listed once, at the resume */
+    pf_destroy(l);
+    cfg.resume = NULL;
+    for (int round = 0; round < 20; round++) { /* two at once: one serves, one is refused */
+        gr_race g[2];
+        pthread_t th[2];
+        int made = 0;
+        for (int k = 0; k < 2; k++) {
+            g[k].cfg = &cfg;
+            g[k].l = NULL;
+            CHECK(pthread_create(&th[k], NULL, gr_create, &g[k]) == 0);
+        }
+        for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+        for (int k = 0; k < 2; k++) {
+            made += g[k].r == PF_OK;
+            CHECK(g[k].r == PF_OK || g[k].r == PF_ERR_INVALID_STATE);
+            pf_destroy(g[k].l);
+        }
+        CHECK_EQ(made, 1);
+    }
+    /* drop_last: 40 samples in batches of 3, 39 loaded: the epochs' files close */
+    cfg.drop_last = true;
+    cfg.batch_size = 3;
+    cfg.batch_bytes = 3 * 16; /* the open sized it for batches of 1 */
+    cfg.epochs = 5;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    got = 0;
+    while ((r = pf_next(l, &b)) == PF_OK || r == PF_END_OF_EPOCH)
+        if (r == PF_OK) got += b.count, pf_release(l, &b);
+    CHECK_EQ(r, PF_END_OF_DATA);
+    CHECKF(got == 5 * 39, "%llu samples: %s", (unsigned long long)got, pf_error(l));
+    CHECKF(gr_files_open() == 0, "%d of the epochs' files still open", gr_files_open());
+    pf_destroy(l);
+    pf_records_close(rd);
+    {   /* a max_files whose product with the lists' count passes 32 bits */
+        rc.max_files = 0x40000000u;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.batch_size = 4;
+        cfg.epochs = 1;
+        cfg.host_slots = 1; /* 4 lists of 2^30 files: 2^32, 0 in 32 bits */
+        cfg.backend = PF_BACKEND_HOST;
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        CHECKF(pf_next(l, &b) == PF_OK, "%s", pf_error(l));
+        pf_destroy(l);
+        pf_records_close(rd);
+    }
+    tmp_end();
+}
+
 /* a growing list resumed from a checkpoint mid-epoch: every epoch still
    delivers each of its records once, across the two runs */
 static void test_records_growing_list_resumes(void) {
@@ -2807,6 +2948,24 @@ static void test_tar_odd_blocks_and_entries_are_read_or_said(void) {
     tar_opens_with_a_warning(&tc, 2, "(the first is hole.bin, a GNU sparse file");
     tar_two_around(path, mid_unknown_kind, true);
     tar_opens_with_a_warning(&tc, 2, "an entry of type 'V'");
+    {   /* one end block of two (helper-48: read, but not said) */
+        static const unsigned char zero[512] = {0};
+        FILE *f;
+        tar_two_around(path, mid_unknown_kind, false);
+        f = fopen(path, "ab");
+        fwrite(zero, 1, sizeof zero, f);
+        fclose(f);
+        cfg = t_config_base(0, 4, 0, 1);
+        {
+            logcap lc;
+            cap_begin(&lc, &cfg);
+            CHECKF(pf_tar_open(&tc, &cfg, &tr) == PF_OK, "%s", pf_error(NULL));
+            CHECK_EQ(pf_tar_samples(tr), 2);
+            CHECK_CONTAINS(lc.text, "ends with one zero block at byte 3072, not the two of an end of archive");
+            pf_tar_close(tr);
+            cap_end(&lc);
+        }
+    }
     {   /* under a block of bytes after the end: said too */
         FILE *f;
         tar_two_around(path, mid_lone_zero_then_data, false);
@@ -3061,6 +3220,7 @@ static const h_test tests[] = {
     {"records_one_file_refuses_direct", test_records_one_file_refuses_direct},
     {"records_growing_file_list", test_records_growing_file_list},
     {"records_growing_list_keeps_every_view_a_load_needs", test_records_growing_list_keeps_every_view_a_load_needs},
+    {"records_growing_list_resume_race_and_drop_last", test_records_growing_list_resume_race_and_drop_last},
     {"records_growing_list_resumes", test_records_growing_list_resumes},
     {"records_file_replaced_under_its_path", test_records_file_replaced_under_its_path},
     {"records_epoch_without_files_is_an_error", test_records_epoch_without_files_is_an_error},
