@@ -1402,6 +1402,32 @@ static void test_records_growing_file_list(void) {
    under it, and its later samples came from another epoch's file). Here
    the load of epoch 0 waits, in its first sample's step, until the workers
    have planned 24 epochs past it, then reads its other three samples. */
+/* n records of 16 bytes, {record, file}: which file and record a sample
+   came from */
+static void write_tagged(const char *path, uint64_t file, uint64_t n) {
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    if (!fp) return;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v[2] = {i, file};
+        CHECK_EQ(fwrite(v, 8, 2, fp), 2);
+    }
+    fclose(fp);
+}
+/* files under the test's tmpdir this process has open */
+static int tmp_files_open(void) {
+    char link[64], target[512];
+    int open_here = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        ssize_t k;
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        k = readlink(link, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = '\0';
+        open_here += strncmp(target, tmpdir, strlen(tmpdir)) == 0;
+    }
+    return open_here;
+}
 #define KV_FILES 40u
 static char kv_paths[KV_FILES][300];
 static pthread_mutex_t kv_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1439,17 +1465,9 @@ static void test_records_growing_list_keeps_every_view_a_load_needs(void) {
     pf_result r;
     uint64_t samples = 0, wrong = 0;
     tmp_begin();
-    for (uint32_t f = 0; f < KV_FILES; f++) { /* 4 records: {record, file} */
-        FILE *fp;
+    for (uint32_t f = 0; f < KV_FILES; f++) {
         tmp_path(kv_paths[f], sizeof kv_paths[f], "kv%u.bin", f);
-        fp = fopen(kv_paths[f], "wb");
-        CHECK(fp != NULL);
-        if (!fp) return;
-        for (uint64_t i = 0; i < 4; i++) {
-            uint64_t v[2] = {i, f};
-            CHECK_EQ(fwrite(v, 8, 2, fp), 2);
-        }
-        fclose(fp);
+        write_tagged(kv_paths[f], f, 4);
     }
     kv_planned = 0;
     memset(&rc, 0, sizeof rc);
@@ -1480,20 +1498,9 @@ static void test_records_growing_list_keeps_every_view_a_load_needs(void) {
     }
     CHECK_EQ(r, PF_END_OF_DATA);
     CHECK(kv_planned >= 24); /* the wait above ended because epochs were planned, not by its timeout */
-    {   /* every epoch loaded: its files closed, not kept for host_slots + 3
-           epochs (helper-47: a rolling cache's deleted shards stayed open) */
-        char link[64], target[512];
-        int open_here = 0;
-        for (int fd = 0; fd < 1024; fd++) {
-            ssize_t k;
-            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-            k = readlink(link, target, sizeof target - 1);
-            if (k <= 0) continue;
-            target[k] = '\0';
-            open_here += strncmp(target, tmpdir, strlen(tmpdir)) == 0;
-        }
-        CHECKF(open_here == 0, "%d of the epochs' files still open", open_here);
-    }
+    /* every epoch loaded: its files closed, not kept for host_slots + 3
+       epochs (helper-47: a rolling cache's deleted shards stayed open) */
+    CHECKF(tmp_files_open() == 0, "%d of the epochs' files still open", tmp_files_open());
     CHECK_EQ(wrong, 0);
     CHECK_EQ(samples, 60 * 4);
     {   /* a second loader on it while this one lives: refused; after it, fine */
@@ -1527,19 +1534,6 @@ static const char *gr_path_fn(void *user, uint64_t epoch, uint32_t k) {
     __atomic_fetch_add(&gr_asked, 1u, __ATOMIC_SEQ_CST);
     return gr_paths[__atomic_load_n(&gr_listing, __ATOMIC_SEQ_CST)];
 }
-static int gr_files_open(void) {
-    char link[64], target[512];
-    int open_here = 0;
-    for (int fd = 0; fd < 1024; fd++) {
-        ssize_t k;
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        k = readlink(link, target, sizeof target - 1);
-        if (k <= 0) continue;
-        target[k] = '\0';
-        open_here += strncmp(target, tmpdir, strlen(tmpdir)) == 0;
-    }
-    return open_here;
-}
 typedef struct gr_race {
     const pf_config *cfg;
     pf_loader *l;
@@ -1560,17 +1554,9 @@ static void test_records_growing_list_resume_race_and_drop_last(void) {
     char tok[512];
     uint64_t got = 0;
     tmp_begin();
-    for (uint32_t f = 0; f < 2; f++) { /* 40 records {record, file} */
-        FILE *fp;
+    for (uint32_t f = 0; f < 2; f++) {
         tmp_path(gr_paths[f], sizeof gr_paths[f], "gr%u.bin", f);
-        fp = fopen(gr_paths[f], "wb");
-        CHECK(fp != NULL);
-        if (!fp) return;
-        for (uint64_t i = 0; i < 40; i++) {
-            uint64_t v[2] = {i, f};
-            CHECK_EQ(fwrite(v, 8, 2, fp), 2);
-        }
-        fclose(fp);
+        write_tagged(gr_paths[f], f, 40);
     }
     memset(&rc, 0, sizeof rc);
     rc.path_fn = gr_path_fn;
@@ -1633,7 +1619,7 @@ static void test_records_growing_list_resume_race_and_drop_last(void) {
         if (r == PF_OK) got += b.count, pf_release(l, &b);
     CHECK_EQ(r, PF_END_OF_DATA);
     CHECKF(got == 5 * 39, "%llu samples: %s", (unsigned long long)got, pf_error(l));
-    CHECKF(gr_files_open() == 0, "%d of the epochs' files still open", gr_files_open());
+    CHECKF(tmp_files_open() == 0, "%d of the epochs' files still open", tmp_files_open());
     pf_destroy(l);
     pf_records_close(rd);
     {   /* a max_files whose product with the lists' count passes 32 bits */
