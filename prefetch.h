@@ -1888,6 +1888,7 @@ static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n); /* >>reade
 static const char *pf__rd_token_hint(const pf_config *c);            /* >>readers */
 static uint64_t pf__rd_token_step(const pf_config *c);               /* >>readers */
 static void pf__rd_serve(const pf_config *c, int delta);              /* >>readers */
+static void pf__rd_resumed(const pf_config *c, const pf__resume *rs); /* >>readers */
 
 /* May a load run on pf_next's thread? Not with the caller's own per-thread
    hooks: their state belongs to worker threads. A reader's own (its read
@@ -6318,6 +6319,7 @@ static pf_result pf__create(pf_config c, pf_loader **out, char *why, size_t n) {
     if (c.resume) { /* checked before anything is allocated; read again into the loader (pf__resume_at) */
         r = pf__parse_resume(&c, c.resume, &rs, 0, why, n);
         if (r != PF_OK) return r;
+        pf__rd_resumed(&c, &rs);
         /* whatever the token's count, 0 included: this rank's is not in it
            (an outside trial: rank 0 had skipped none, rank 1 twelve) */
         if (rs.others && c.bad_limit)
@@ -7229,6 +7231,8 @@ struct pf_records {
     uint32_t world, batch_size; /* pf_create's, with drop_last: a rank's samples of an epoch it loads */
     bool drop_last;
     uint32_t serving;           /* loaders made with it and not destroyed (pf__rd_serve) */
+    bool resumed;               /* the loader resumed resume_epoch with resume_done samples loaded before */
+    uint64_t resume_epoch, resume_done;
     struct {
         uint64_t dev, ino;
     } warned[32];            /* the last 32 files said to be cut: once each, though a growing list's file
@@ -7354,7 +7358,7 @@ static pf_result pf__rec_build(pf_records *r, pf__rec_view *v, uint64_t epoch, b
     uint32_t k;
     v->epoch = epoch;
     v->n = v->listed = 0;
-    v->loaded = 0;
+    v->loaded = r->resumed && epoch == r->resume_epoch ? r->resume_done : 0; /* loaded by the run before */
     if (!pf__rec_view_room(r, v, 1)) {
         pf__format(why, n, PF__RD_OOM " for epoch %llu's file list", pf__rd_refused, (unsigned long long)epoch);
         return PF_ERR_NO_MEMORY;
@@ -7427,6 +7431,12 @@ static void pf__rec_empty_why(const pf_records *r, const pf__rec_view *v, char *
                    (unsigned long long)r->c.record_bytes, (unsigned long long)r->c.header_bytes);
 }
 
+/* This rank's samples of an epoch of n that its loads load, as
+   pf__plan_init counts them (drop_last drops the short batch too). */
+static uint64_t pf__rec_mine(const pf_records *r, uint64_t n) {
+    return r->drop_last ? n / r->world / r->batch_size * r->batch_size : (n + r->world - 1) / r->world;
+}
+
 /* cfg.num_samples_fn for a growing list: this epoch's view. */
 static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf_records *r = (pf_records *)user;
@@ -7438,7 +7448,9 @@ static uint64_t pf__rec_count(void *user, uint64_t epoch) {
     pf__rec_view_clear(r, v);
     res = pf__rec_build(r, v, epoch, false, why, sizeof why);
     total = res == PF_OK ? v->first[v->n] : 0;
-    if (res != PF_OK) pf__rec_view_clear(r, v); /* built again, should a load need it */
+    /* built again, should a load need it; an epoch with no batch for this
+       rank (drop_last) has no load to let its files go (helper-49) */
+    if (res != PF_OK || (total && !pf__rec_mine(r, total))) pf__rec_view_clear(r, v);
     else if (!total) pf__rec_empty_why(r, v, why, sizeof why);
     pf__unlock(&r->mu);
     if (total) return total;
@@ -7498,8 +7510,7 @@ static void pf__rec_loaded(pf_records *r, pf__rec_view *v, uint64_t epoch, uint3
     uint64_t n, mine;
     pf__lock(&r->mu);
     n = v->used && v->epoch == epoch ? v->first[v->n] : 0;
-    /* as pf__plan_init counts them: drop_last drops the short batch too */
-    mine = r->drop_last ? n / r->world / r->batch_size * r->batch_size : (n + r->world - 1) / r->world;
+    mine = pf__rec_mine(r, n);
     if (n && (v->loaded += count) >= mine) pf__rec_view_clear(r, v);
     pf__unlock(&r->mu);
 }
@@ -7656,6 +7667,22 @@ static void pf__rd_serve(const pf_config *c, int delta) {
     pf__unlock(&r->mu);
 }
 
+/* The loader resumes rs: the samples of its epoch this rank loaded before
+   (its batches before rs->batch, all whole) count as loaded, or the
+   epoch's list would wait for them (helper-49: its files stayed open).
+   Only on the same rank and world size: an elastic resume's shares differ,
+   and a count past the true one would let the list go under its loads;
+   short of it, the list goes as the ring comes round. */
+static void pf__rd_resumed(const pf_config *c, const pf__resume *rs) {
+    pf_records *r = (pf_records *)c->user;
+    if (c->load != pf__rec_load || !r->c.path_fn || rs->others) return;
+    pf__lock(&r->mu);
+    r->resumed = true;
+    r->resume_epoch = rs->epoch;
+    r->resume_done = rs->batch * c->batch_size;
+    pf__unlock(&r->mu);
+}
+
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) {
     pf_records *r = (pf_records *)c->user;
     uint32_t keep = c->host_slots + 3;
@@ -7671,6 +7698,7 @@ static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) {
     r->world = c->world_size ? c->world_size : 1;
     r->drop_last = c->drop_last;
     r->batch_size = c->batch_size;
+    r->resumed = false; /* pf__rd_resumed says, after */
     if (r->keep >= keep) { /* a loader before this one left its lists, and their counts of loads: let go */
         uint32_t i;
         for (i = 0; i < r->keep; i++) pf__rec_view_clear(r, &r->views[i]);
@@ -8553,6 +8581,7 @@ static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) { return (v
 static const char *pf__rd_token_hint(const pf_config *c) { return (void)c, ""; }
 static uint64_t pf__rd_token_step(const pf_config *c) { return (void)c, 0; }
 static void pf__rd_serve(const pf_config *c, int delta) { (void)c, (void)delta; }
+static void pf__rd_resumed(const pf_config *c, const pf__resume *rs) { (void)c, (void)rs; }
 static pf_result pf__rd_none(const char *who) {
     pf__format(pf__create_error, sizeof pf__create_error,
                "%s: the readers need POSIX (pread, open): define _POSIX_C_SOURCE 200809L before including "

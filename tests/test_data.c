@@ -1589,6 +1589,9 @@ static void test_records_growing_list_resume_race_and_drop_last(void) {
     CHECK_EQ(r, PF_END_OF_EPOCH);
     CHECK_EQ(got, 30);
     CHECK_EQ(gr_asked, 1); /* listed once, at the resume */
+    /* the resumed epoch's 10 samples before count: its file closes with its
+       last load (helper-49: it stayed open) */
+    CHECKF(tmp_files_open() == 0, "%d of the resumed epoch's files still open", tmp_files_open());
     pf_destroy(l);
     cfg.resume = NULL;
     for (int round = 0; round < 20; round++) { /* two at once: one serves, one is refused */
@@ -1620,6 +1623,17 @@ static void test_records_growing_list_resume_race_and_drop_last(void) {
     CHECK_EQ(r, PF_END_OF_DATA);
     CHECKF(got == 5 * 39, "%llu samples: %s", (unsigned long long)got, pf_error(l));
     CHECKF(tmp_files_open() == 0, "%d of the epochs' files still open", tmp_files_open());
+    pf_destroy(l);
+    /* drop_last, batches of 41 from 40 samples: no batch, no load, and the
+       files still close (helper-49) */
+    cfg.batch_size = 41;
+    cfg.batch_bytes = 41 * 16;
+    cfg.epochs = 2;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    while ((r = pf_next(l, &b)) == PF_END_OF_EPOCH) {
+    }
+    CHECK_EQ(r, PF_END_OF_DATA);
+    CHECKF(tmp_files_open() == 0, "%d of the empty epochs' files still open", tmp_files_open());
     pf_destroy(l);
     pf_records_close(rd);
     {   /* a max_files whose product with the lists' count passes 32 bits */
