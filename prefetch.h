@@ -7675,7 +7675,11 @@ static void pf__rd_serve(const pf_config *c, int delta) {
    short of it, the list goes as the ring comes round. */
 static void pf__rd_resumed(const pf_config *c, const pf__resume *rs) {
     pf_records *r = (pf_records *)c->user;
+    uint64_t per = (uint64_t)c->batch_size * (c->world_size ? c->world_size : 1);
     if (c->load != pf__rec_load || !r->c.path_fn || rs->others) return;
+    /* and its epoch never resumed on another world size (a from= origin
+       moves pos off batch * batch_size * world: its shares differ too) */
+    if (rs->batch > rs->pos / per || rs->pos != rs->batch * per) return;
     pf__lock(&r->mu);
     r->resumed = true;
     r->resume_epoch = rs->epoch;
