@@ -7644,24 +7644,19 @@ PF_API void pf_records_close(pf_records *r) {
     pf__rd_free(&al, r);
 }
 
-/* pf_create's word with a reader, before anything is planned (a loader
-   it serves from here: pf_create tells it if it fails after, and
-   pf_destroy when it ends, pf__rd_serve): a growing
-   record list keeps a view for every epoch a load may still need, and that
-   is host_slots + 3 of the config pf_create got (pf__rec_view's comment).
-   The open sized the ring by the config as it was then: before it set
-   cfg.batch_bytes (a small batch's ring holds up to 64 slots, not
-   2 * workers + 1), or before the caller set host_slots or the workers.
-   With too few views an outside trial's epochs of one batch read files
-   of another epoch (30-87 wrong samples a run, no error), and a view was
-   rebuilt under a load still reading it. The ring is made anew (with
-   nothing planned, no view is in use). One loader at a time per reader. */
+/* The reader of c when it is a growing record list (path_fn), whose
+   lists are by epoch and serve one loader at a time; else NULL. */
+static pf_records *pf__rd_growing(const pf_config *c) {
+    pf_records *r = (pf_records *)c->user;
+    return c->load == pf__rec_load && r->c.path_fn ? r : NULL;
+}
+
 /* A loader made with the reader (+1), or destroyed (-1): a growing list
    serves one at a time (an outside trial: a second pf_create on a reader
    a live loader used freed the views under that loader's loads). */
 static void pf__rd_serve(const pf_config *c, int delta) {
-    pf_records *r = (pf_records *)c->user;
-    if (c->load != pf__rec_load || !r->c.path_fn) return;
+    pf_records *r = pf__rd_growing(c);
+    if (!r) return;
     pf__lock(&r->mu);
     r->serving = (uint32_t)((int)r->serving + delta);
     pf__unlock(&r->mu);
@@ -7674,9 +7669,9 @@ static void pf__rd_serve(const pf_config *c, int delta) {
    and a count past the true one would let the list go under its loads;
    short of it, the list goes as the ring comes round. */
 static void pf__rd_resumed(const pf_config *c, const pf__resume *rs) {
-    pf_records *r = (pf_records *)c->user;
+    pf_records *r = pf__rd_growing(c);
     uint64_t per = (uint64_t)c->batch_size * (c->world_size ? c->world_size : 1);
-    if (c->load != pf__rec_load || !r->c.path_fn || rs->others) return;
+    if (!r || rs->others) return;
     /* and its epoch never resumed on another world size (a from= origin
        moves pos off batch * batch_size * world: its shares differ too) */
     if (rs->batch > rs->pos / per || rs->pos != rs->batch * per) return;
@@ -7687,11 +7682,24 @@ static void pf__rd_resumed(const pf_config *c, const pf__resume *rs) {
     pf__unlock(&r->mu);
 }
 
+/* pf_create's word with a reader, before anything is planned (a loader
+   it serves from here: pf_create tells it if it fails after, and
+   pf_destroy when it ends, pf__rd_serve): a growing
+   record list keeps a view for every epoch a load may still need, and that
+   is host_slots + 3 of the config pf_create got (pf__rec_view's comment).
+   The open sized the ring by the config as it was then: before it set
+   cfg.batch_bytes (a small batch's ring holds up to 64 slots, not
+   2 * workers + 1), or before the caller set host_slots or the workers.
+   With too few views an outside trial's epochs of one batch read files
+   of another epoch (30-87 wrong samples a run, no error), and a view was
+   rebuilt under a load still reading it. The ring is made anew, or a
+   loader's before it let go of (with nothing planned, no view is in use).
+   One loader at a time per reader. */
 static pf_result pf__rd_fit(const pf_config *c, char *why, size_t n) {
-    pf_records *r = (pf_records *)c->user;
+    pf_records *r = pf__rd_growing(c);
     uint32_t keep = c->host_slots + 3;
     bool ok;
-    if (c->load != pf__rec_load || !r->c.path_fn) return PF_OK;
+    if (!r) return PF_OK;
     pf__lock(&r->mu);
     if (r->serving) { /* its views are by epoch: a second loader's epochs would rebuild the first's under its loads */
         pf__unlock(&r->mu);
@@ -7985,10 +7993,6 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
     return PF_OK;
 }
 
-/* The token reader runs the loader as rank 0 of 1 (every rank at the same
-   step, as llm.c's loader): a token's n is the steps, which world_size, B
-   and T decide, so a token of another world size is refused as an n that
-   differs. Said why. */
 /* The token reader's step, world_size * B * T tokens: what its positions
    count in, written in its tokens (tokens=) and checked at a resume. n
    alone let a token of another world size or B resume when the counts
@@ -7998,6 +8002,10 @@ PF_API pf_result pf_tokens_open(const pf_tokens_config *tc, pf_config *cfg, pf_t
 static uint64_t pf__rd_token_step(const pf_config *c) {
     return c->load == pf__tok_load ? ((const pf_tokens *)c->user)->world * ((const pf_tokens *)c->user)->bt : 0;
 }
+/* The token reader runs the loader as rank 0 of 1 (every rank at the same
+   step, as llm.c's loader): a token's n is the steps, which world_size, B
+   and T decide, so an older token (no tokens=) of another world size is
+   refused as an n that differs. Said why. */
 static const char *pf__rd_token_hint(const pf_config *c) {
     return c->load == pf__tok_load ? " (pf_tokens: a sample is a step of world_size * B * T tokens: a token written "
                                      "with another world_size, B or T does not resume here)"
@@ -8121,6 +8129,12 @@ static bool pf__tar_pax(const char *p, size_t n, char *path, size_t path_cap, bo
 #define PF__TAR_PATH 4096
 #define PF__TAR_PAX_MAX ((uint64_t)1 << 20) /* a pax record's bytes: xattrs make them long */
 
+static bool pf__tar_zeros(const unsigned char *p, size_t n) { /* all n bytes 0: end-of-archive padding */
+    size_t i;
+    for (i = 0; i < n && !p[i]; i++) {}
+    return i == n;
+}
+
 /* A header block's checksum holds (the sum of its bytes, the field itself
    counted as spaces). */
 static bool pf__tar_sum_ok(const unsigned char *h) {
@@ -8146,7 +8160,7 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
     char *longname = (char *)pf__rd_calloc(&t->rd.al, 1, PF__TAR_PATH);
     bool has_long = false, has_pax_path = false, has_pax_size = false, same_key_run = false, ended = false,
          meta_pending = false, /* an L or x record read, its entry not yet */
-         pax_sparse = false, trailing = false, lone = false, one_end = false;
+         pax_sparse = false, sparse, trailing = false, lone = false, one_end = false;
     uint32_t prev_key_len = 0;
     pf_result res = PF_OK;
 #define PF__TAR_BAD(...) do { pf__format(why, n, __VA_ARGS__); res = PF_ERR_INVALID_ARG; goto done; } while (0)
@@ -8168,24 +8182,20 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         unsigned char h[512];
         uint64_t size, data, next;
         unsigned type;
-        size_t i;
         /* no end blocks, or the last entry's data whole and its padding
            cut: accepted, as tar does, with a warning (below) */
         if (pos >= fsize) break;
         if (pos + 512 > fsize) {
             unsigned char tail[512];
-            size_t left = (size_t)(fsize - pos), k;
-            if (pf__pread_full(fd, tail, left, pos) == (long long)left) {
-                for (k = 0; k < left && !tail[k]; k++) {}
-                if (k == left) break; /* zeros: the first end block, cut (an outside trial's; GNU tar lists it) */
-            }
+            size_t left = (size_t)(fsize - pos);
+            /* zeros: the first end block, cut (an outside trial's; GNU tar lists it) */
+            if (pf__pread_full(fd, tail, left, pos) == (long long)left && pf__tar_zeros(tail, left)) break;
             PF__TAR_BAD("pf_tar_open: %s is truncated: a header at byte %llu needs 512 bytes, %llu are left", path,
                         (unsigned long long)pos, (unsigned long long)(fsize - pos));
         }
         if (pf__pread_full(fd, h, 512, pos) != 512)
             PF__TAR_BAD("pf_tar_open: %s: cannot read the header at byte %llu", path, (unsigned long long)pos);
-        for (i = 0; i < 512 && !h[i]; i++) {}
-        if (i == 512) {
+        if (pf__tar_zeros(h, 512)) {
             /* The end of the archive (two zero blocks), unless a header
                follows the zeros: a lone zero block in the middle (damage),
                or archives concatenated. tar stops at the first; an outside
@@ -8196,19 +8206,16 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             for (; q + 512 <= fsize; q += 512) {
                 if (pf__pread_full(fd, h, 512, q) != 512)
                     PF__TAR_BAD("pf_tar_open: %s: cannot read the block at byte %llu", path, (unsigned long long)q);
-                for (i = 0; i < 512 && !h[i]; i++) {}
-                if (i < 512) break;
+                if (!pf__tar_zeros(h, 512)) break;
             }
             if (q + 512 > fsize) { /* zeros to the end, and a tail under a block: zeros too, or said */
                 size_t left = (size_t)(fsize - q);
                 ended = true;
-                if (left && pf__pread_full(fd, h, left, q) == (long long)left) {
-                    for (i = 0; i < left && !h[i]; i++) {}
-                    if (i < left) { /* a header cut, or bytes after the end (an outside trial's were silent) */
-                        trailing = true;
-                        lone = q == pos + 512;
-                        zeros_at = pos;
-                    }
+                /* a header cut, or bytes after the end (an outside trial's were silent) */
+                if (left && pf__pread_full(fd, h, left, q) == (long long)left && !pf__tar_zeros(h, left)) {
+                    trailing = true;
+                    lone = q == pos + 512;
+                    zeros_at = pos;
                 }
                 if (!trailing && q == pos + 512) { /* one end block of two: cut (tar: "a lone zero block") */
                     one_end = true;
@@ -8254,11 +8261,11 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             PF__TAR_BAD("pf_tar_open: %s is truncated: the entry at byte %llu needs %llu bytes of data, the file ends "
                         "at %llu", path, (unsigned long long)pos, (unsigned long long)size, (unsigned long long)fsize);
         if (type == 'L' || type == 'x') {
-            if (size >= (type == 'L' ? (uint64_t)PF__TAR_PATH * 4 : PF__TAR_PAX_MAX))
+            uint64_t most = type == 'L' ? (uint64_t)PF__TAR_PATH * 4 : PF__TAR_PAX_MAX;
+            if (size >= most)
                 PF__TAR_BAD("pf_tar_open: %s: the %s record at byte %llu is %llu bytes, too long (under %llu read)",
                             path, type == 'L' ? "GNU long name" : "pax", (unsigned long long)pos,
-                            (unsigned long long)size,
-                            (unsigned long long)(type == 'L' ? (uint64_t)PF__TAR_PATH * 4 : PF__TAR_PAX_MAX));
+                            (unsigned long long)size, (unsigned long long)most);
             pf__rd_free(&t->rd.al, meta);
             meta = (char *)pf__rd_alloc(&t->rd.al, (size_t)size + 1);
             if (!meta) PF__TAR_OOM();
@@ -8309,7 +8316,9 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
         }
         has_long = has_pax_path = has_pax_size = meta_pending = false;
         longname[0] = '\0';
-        if (pax_sparse || type == 'S' || (size && type != '\0' && (type < '0' || type > '7'))) {
+        sparse = pax_sparse || type == 'S';
+        pax_sparse = false; /* like the pax size: the next entry's only */
+        if (sparse || (size && type != '\0' && (type < '0' || type > '7'))) {
             /* data that is not the file's bytes as they are: a GNU sparse
                file (type S, or pax GNU.sparse records: a map, then the
                pieces; all hole, no data at all, and still not an empty
@@ -8319,14 +8328,12 @@ static pf_result pf__tar_index(pf_tar *t, uint32_t shard, char *why, size_t n) {
             if (!odd++) {
                 snprintf(odd_name, sizeof odd_name, "%s", name);
                 odd_at = pos;
-                if (pax_sparse || type == 'S') snprintf(odd_kind, sizeof odd_kind, "a GNU sparse file");
+                if (sparse) snprintf(odd_kind, sizeof odd_kind, "a GNU sparse file");
                 else snprintf(odd_kind, sizeof odd_kind, "an entry of type '%c'", type >= 32 && type < 127 ? (char)type : '?');
             }
-            pax_sparse = false;
             pos = next;
             continue;
         }
-        pax_sparse = false;
         if (type == '0' || type == '\0' || type == '7') { /* a regular file: a part */
             const char *base = strrchr(name, '/'), *dot;
             size_t key_len;
