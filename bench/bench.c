@@ -499,16 +499,19 @@ static void bench_cheap(void) {
     memset(buf, 7, (size_t)1 << 20);
     for (int k = 0; k < 5; k++)
         for (int sh = 0; sh <= 1; sh++) {
-            /* 2 GiB a run (1/4 in quick mode): autotune settles in its
-               first tenth, and the first fifth is left out of every
-               setting's window (thread start, settling): a training run
-               lasts far longer than either */
-            uint64_t batches = ((size_t)2 << 30) / sizes[k], skip;
+            /* 8 GiB a run, at most 1.6 million batches (1/4 in quick
+               mode): a few tenths of a second. The first fifth is left
+               out of every setting's window (thread start, settling).
+               Autotune's trials take its first 40-80 ms once per loader
+               (a training run lasts far longer); with 2 GiB runs (80-130
+               ms windows) they were half the window at 16 and 64 KiB, and
+               read 0.87-0.89 of the best where longer runs read 0.95-1.1 */
+            uint64_t batches = ((size_t)8 << 30) / sizes[k], skip;
             double best_inline = 1e9, best[3] = {1e9, 1e9, 1e9}, top = 0, best_split = 1e9;
             pf_config cfg;
             int top_k = 0;
             char name[64], v[96], lim[48];
-            if (batches > 400000) batches = 400000;
+            if (batches > 1600000) batches = 1600000;
             if (quick) batches /= 4;
             skip = batches / 5;
             c.item = sizes[k];
