@@ -1578,6 +1578,8 @@ typedef struct pf__tuner {
     uint64_t t0, batches0, wait0, load0, wwait0, call0, cpu0; /* the period's start */
     uint64_t batches_prev; /* the start of the period just measured       */
     double thr_before;     /* throughput before the last increase         */
+    double thr_last;       /* the period before this one's throughput...    */
+    uint32_t last_n;       /* ...and its workers                            */
     double load_before;    /* and the load time per batch then            */
     uint32_t before;       /* active before it                             */
     uint32_t cap;          /* more did not help: stay at or below...       */
@@ -2942,9 +2944,9 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, waited, load_pb, step_pb, idle, call_pb, busy;
+    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy;
     uint64_t cpu0 = l->at.cpu0;
-    bool saturated;
+    bool saturated, same_n;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     /* cheap batches: 32 of them are noise. The period's time is judged by
        the clock pf_next last read (this call's, or a load of pf_next's at
@@ -2965,6 +2967,15 @@ static void pf__autotune(pf_loader *l) {
     dt = pf__sec(now - l->at.t0);
     if (dt <= 0) return;
     thr = (double)db / dt;
+    /* an increase is judged against the better of this period and the one
+       before it at the same count: a slow period (the machine shared) is
+       no baseline. CPU-bound 1 ms loads on 2 cores, one period read 1421
+       batches/s where 2 workers make 1950, and a third worker passed its
+       trial on it (1 run in 20): 3 workers, 8 slots where 2 need 5 */
+    same_n = l->at.last_n == l->at.active;
+    thr_base = same_n && l->at.thr_last > thr ? l->at.thr_last : thr;
+    l->at.thr_last = thr;
+    l->at.last_n = l->at.active;
     waited = pf__sec(waits - l->at.wait0) / dt;
     load_pb = pf__sec(l->st.load_ns - l->at.load0) / (double)db;
     call_pb = pf__sec(l->st.call_ns - l->at.call0) / (double)db;
@@ -3143,12 +3154,22 @@ static void pf__autotune(pf_loader *l) {
         if (want > 2 * l->at.active) want = 2 * l->at.active;
         if (want <= l->at.active) want = l->at.active + 1;
         if (want > hi) want = hi;
+        /* past the CPUs with loads that never sleep, only from a period
+           at this count that was not a trial's: a trial's first period
+           runs while its new workers start, and the next trial passed on
+           it. 1 ms CPU loads on 2 cores went 2 -> 3 workers on a 2-worker
+           trial's 1299 batches/s (2 workers make 1950) in 2 runs of 22;
+           none of 60 since */
+        if (l->ring.capped && want > l->sync.ncpu && !same_n) {
+            l->at.idle_streak = 0;
+            return;
+        }
         if (l->at.shrunk) { /* fewer starved the consumer: not below this */
             l->at.floor = want;
             l->at.floor_step = step_pb;
         }
         l->at.shrunk = false;
-        l->at.thr_before = thr;
+        l->at.thr_before = thr_base;
         l->at.load_before = load_pb;
         l->at.before = l->at.active;
         l->at.probing = true;

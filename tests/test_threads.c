@@ -939,6 +939,69 @@ static void test_autotune_ring_that_cannot_grow(void) {
     pthread_mutex_destroy(&p.mu);
 }
 
+/* Past the CPUs, with loads that never sleep, autotune tries one more
+   worker only from a period at its count that was not a trial's first
+   (its new workers were starting; a trial passed on such a period, and 1
+   ms CPU loads on 2 cores ran on 3 workers and 8 slots where 2 need 5),
+   and judges the trial against the better of that period and the one
+   before it. One period judged by hand, its figures set: 40 batches in
+   40 ms, 32 of them waiting (input-bound), 1 ms loads. */
+static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, double *thr_before) {
+    uint64_t now;
+    uint32_t active;
+    pf__lock(&l->sync.mu);
+    l->sync.ncpu = 2;
+    l->ring.capped = true;
+    l->ring.cap_plus = true; /* pf_next does not load 1 ms loads: a worker more than CPUs may */
+    l->ring.cap_flip = 0;
+    l->ring.load_est = 1000000;
+    l->at.active = 2;
+    l->at.last_n = last_n;
+    l->at.thr_last = thr_last;
+    l->at.probing = l->at.help = l->at.help_trial = l->at.park_trial = l->at.shrunk = false;
+    l->at.inline_wait = 0;
+    l->at.cap = l->cfg.num_workers;
+    l->at.floor = 1;
+    l->at.cpu0 = 0; /* no verdict on the process's CPU time */
+    now = pf__now_ns();
+    l->st.batches += 40;
+    l->st.wait_input_ns += 32000000u;
+    l->st.load_ns += 40000000u;
+    l->st.call_ns += 40000000u;
+    l->at.batches0 = l->st.batches - 40;
+    l->at.wait0 = l->st.wait_input_ns + l->st.wait_copy_ns - 32000000u;
+    l->at.load0 = l->st.load_ns - 40000000u;
+    l->at.call0 = l->st.call_ns - 40000000u;
+    l->at.wwait0 = l->st.worker_wait_ns;
+    l->at.t0 = now - 40000000u;
+    l->st.last_ns = now;
+    pf__autotune(l);
+    active = l->at.active;
+    *thr_before = l->at.thr_before;
+    pf__unlock(&l->sync.mu);
+    return active;
+}
+static void test_autotune_past_the_cpus_from_a_steady_period(void) {
+    pf_config cfg = t_config_base(64, 1, 64, 1);
+    pf_loader *l;
+    double before = 0;
+    cfg.load = nothing;
+    cfg.autotune = 1;
+    cfg.num_workers = 4;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    /* the period after a trial (the one before ran 1 worker): 2 stay */
+    CHECK_EQ(judged_period(l, 1, 0, &before), 2u);
+    /* a period at 2 after one at 2: the third is tried, judged against the
+       better of the two (about 1,000 batches/s here, 1,500 before) */
+    CHECK_EQ(judged_period(l, 2, 1500, &before), 3u);
+    CHECKF(before == 1500, "judged against %.0f batches/s", before);
+    /* the period before was slower: this one's */
+    CHECK_EQ(judged_period(l, 2, 10, &before), 3u);
+    CHECKF(before > 500 && before < 1100, "judged against %.0f batches/s", before);
+    pf_destroy(l);
+}
+
 /* The same batches, indices and rng as a fixed single worker, while the
    count changes under it. */
 static void test_autotune_keeps_the_order(void) {
@@ -2726,6 +2789,7 @@ static const h_test tests[] = {
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
     {"autotune_ring_grows_with_workers", test_autotune_ring_grows_with_workers},
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
+    {"autotune_past_the_cpus_from_a_steady_period", test_autotune_past_the_cpus_from_a_steady_period},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"a_caller_whose_step_sleeps_leaves_its_core_to_the_workers", test_a_caller_whose_step_sleeps_leaves_its_core_to_the_workers},
