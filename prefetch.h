@@ -3545,12 +3545,28 @@ static void pf__mark_early(pf_loader *l, pf__slot *s, uint64_t start, uint64_t e
 #endif
 }
 
+/* A load of a worker's run is timed (0) or takes the worker's smoothed
+   load time (w->est_ns): the run's first load, every PF__RUN_TIMED-th and
+   its last are timed (a clock read before and after), and only they move
+   the estimate. A clock read waits for the copy before it to finish, where the next
+   copy's misses would have started under its tail: with a read after
+   every load, a worker loading shuffled 4 KiB batches alone
+   (workers_only) took 0.80-1.05 us a batch on the 2-core VM, with 2 in a
+   run 0.66-0.83 (6 runs each, alternated); 1 worker with pf_next 0.42-0.47
+   -> 0.40-0.51, 2 workers 0.45-0.54 -> 0.43-0.51, autotune 0.46-0.50 ->
+   0.43-0.52. Runs are of loads under PF__RUN_LOAD_NS, so an untimed
+   load's figures are off by less than that, until a timed one. */
+#define PF__RUN_TIMED 8u
+static uint64_t pf__run_untimed(const pf__worker *w, uint32_t k, uint32_t nrun) {
+    return k == 0 || k + 1 == nrun || k % PF__RUN_TIMED == PF__RUN_TIMED - 1 ? 0 : w->est_ns;
+}
+
 /* A worker: claim, load, publish, until the claims are done; parked while
    autotune does not want it; growing the ring when autotune asks. */
 static PF__THREAD_FN pf__worker_main(void *arg) {
     pf__worker *w = (pf__worker *)arg;
     pf_loader *l = w->owner;
-    uint64_t now, starts[PF__RUN_MAX], ends[PF__RUN_MAX], seqs[PF__RUN_MAX];
+    uint64_t now, est, starts[PF__RUN_MAX], ends[PF__RUN_MAX], seqs[PF__RUN_MAX];
     pf__slot *run[PF__RUN_MAX];
     uint32_t nrun, k;
     int prev; /* the result of the run's last load */
@@ -3630,9 +3646,11 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
                 ends[k] = now;
                 continue;
             }
-            now = pf__worker_load(l, w, s, k ? now : 0, 0);
+            est = pf__run_untimed(w, k, nrun);
+            if (k && !est) now = starts[k] = pf__now_ns(); /* from the clock: the estimates may have run ahead */
+            now = pf__worker_load(l, w, s, k ? now : 0, est);
             ends[k] = now;
-            w->est_ns = w->est_ns ? w->est_ns - w->est_ns / 4 + s->call_ns / 4 : s->call_ns + 1;
+            if (!est) w->est_ns = w->est_ns ? w->est_ns - w->est_ns / 4 + s->call_ns / 4 : s->call_ns + 1;
             prev = s->result; /* read now: once marked, the taker may publish it, and the slot go round again */
             if (k + 1 < nrun) pf__mark_early(l, s, starts[k], now);
         }

@@ -1002,6 +1002,29 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
     pf_destroy(l);
 }
 
+/* A worker's run reads the clock around its first load, every
+   PF__RUN_TIMED-th and its last; the others take the worker's estimate
+   (a clock read after each load kept the next copy from starting under
+   the last one's tail). A worker with no estimate yet times every load. */
+static void test_worker_run_times_some_loads(void) {
+    pf__worker w;
+    uint32_t k, timed = 0;
+    memset(&w, 0, sizeof w);
+    w.est_ns = 700;
+    for (k = 0; k < 32; k++) {
+        uint64_t est = pf__run_untimed(&w, k, 32);
+        bool want_timed = k == 0 || k == 31 || k % PF__RUN_TIMED == PF__RUN_TIMED - 1;
+        CHECKF(want_timed ? est == 0 : est == 700, "load %u of a run of 32: %llu", (unsigned)k, (unsigned long long)est);
+        timed += est == 0;
+    }
+    CHECK_EQ(timed, 5u); /* 0, 7, 15, 23, 31 */
+    CHECK_EQ(pf__run_untimed(&w, 0, 1), 0u);
+    CHECK_EQ(pf__run_untimed(&w, 2, 3), 0u); /* a run's last */
+    CHECK_EQ(pf__run_untimed(&w, 1, 3), 700u);
+    w.est_ns = 0;
+    CHECK_EQ(pf__run_untimed(&w, 1, 3), 0u);
+}
+
 /* The same batches, indices and rng as a fixed single worker, while the
    count changes under it. */
 static void test_autotune_keeps_the_order(void) {
@@ -2790,6 +2813,7 @@ static const h_test tests[] = {
     {"autotune_ring_grows_with_workers", test_autotune_ring_grows_with_workers},
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
     {"autotune_past_the_cpus_from_a_steady_period", test_autotune_past_the_cpus_from_a_steady_period},
+    {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
     {"a_caller_whose_step_sleeps_leaves_its_core_to_the_workers", test_a_caller_whose_step_sleeps_leaves_its_core_to_the_workers},
