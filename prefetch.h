@@ -1575,7 +1575,7 @@ typedef struct pf__pool {
 /* (>>autotune) workers 0 .. active-1 load, the rest park */
 typedef struct pf__tuner {
     uint32_t active;
-    uint64_t t0, batches0, wait0, load0, wwait0, call0, cpu0; /* the period's start */
+    uint64_t t0, batches0, wait0, load0, wwait0, call0, cpu0, next0; /* the period's start */
     uint64_t batches_prev; /* the start of the period just measured       */
     double thr_before;     /* throughput before the last increase         */
     double thr_last;       /* the period before this one's throughput...    */
@@ -2838,6 +2838,7 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.wwait0 = l->st.worker_wait_ns;
     l->at.call0 = l->st.call_ns;
     l->at.cpu0 = pf__cpu_ns();
+    l->at.next0 = l->st.next_loads;
 }
 
 
@@ -2945,8 +2946,9 @@ static void pf__autotune(pf_loader *l) {
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
     double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy;
-    uint64_t cpu0 = l->at.cpu0;
+    uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
     bool saturated, same_n;
+    uint32_t loaders, top;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     /* cheap batches: 32 of them are noise. The period's time is judged by
        the clock pf_next last read (this call's, or a load of pf_next's at
@@ -3148,12 +3150,26 @@ static void pf__autotune(pf_loader *l) {
             return;
         }
     }
-    if (waited > 0.05 && l->at.active < hi && !saturated) {
-        double need = step_pb > 1e-9 ? load_pb / step_pb : (double)hi;
-        uint32_t want = need > (double)hi ? hi : (uint32_t)need + 1;
-        if (want > 2 * l->at.active) want = 2 * l->at.active;
-        if (want <= l->at.active) want = l->at.active + 1;
-        if (want > hi) want = hi;
+    /* pf_next loading beside the workers (pf__may_help: dear loads when
+       the batch it waits for is further off than a load) is a loader too,
+       where it made at least half a loader's share of the period's
+       batches: a trial adds workers beyond it. Else one worker more only
+       takes over pf_next's loads: I/O-like 2 ms loads of 1 MiB ran 1
+       worker + pf_next at 903 batches/s, 2 workers at 906, the trial
+       failed, and the count stayed at 1 for good (8 outside runs in 14;
+       16 workers make 7030) */
+    loaders = l->at.active;
+    if (!l->at.help && db && (double)next_n * 2 * (l->at.active + 1) >= (double)db) loaders++;
+    /* ...and where the loads never sleep it takes a CPU: the CPU cap's one
+       worker more, for a pf_next that does not load, is not for it (1 ms
+       CPU loads on 2 cores went 1 -> 3 workers, 7 slots where 2 need 5) */
+    top = l->ring.capped && loaders > l->at.active && hi > 1 ? hi - 1 : hi;
+    if (waited > 0.05 && l->at.active < top && !saturated) {
+        double need = step_pb > 1e-9 ? load_pb / step_pb : (double)top;
+        uint32_t want = need > (double)top ? top : (uint32_t)need + 1;
+        if (want > 2 * loaders) want = 2 * loaders;
+        if (want <= loaders) want = loaders + 1;
+        if (want > top) want = top;
         /* past the CPUs with loads that never sleep, only from a period
            at this count that was not a trial's: a trial's first period
            runs while its new workers start, and the next trial passed on

@@ -117,6 +117,7 @@ static int h_main(int argc, char **argv, const char *suite, const h_test *tests,
     if (env) h_seed = strtoull(env, NULL, 10);
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-v") == 0) h_verbose = 1;
+        if (strcmp(argv[i], "-vv") == 0) h_verbose = 2; /* and what the suite logs, where it says */
         else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) h_seed = strtoull(argv[++i], NULL, 10);
         else if (argv[i][0] != '-') named = 1;
     }
