@@ -2948,7 +2948,7 @@ static void pf__autotune(pf_loader *l) {
     double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
     bool saturated, same_n;
-    uint32_t loaders, top;
+    uint32_t loaders;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     /* cheap batches: 32 of them are noise. The period's time is judged by
        the clock pf_next last read (this call's, or a load of pf_next's at
@@ -3140,16 +3140,6 @@ static void pf__autotune(pf_loader *l) {
         }
         pf__ring_for(l, pf__ring_slots(l->at.active, &l->cfg), false); /* kept: the full ring */
     }
-    hi = limit < l->at.cap ? limit : l->at.cap;
-    if (l->ring.capped) { /* loads never sleep: no more loading at once than CPUs (pf__cap_n) */
-        uint32_t n = pf__cap_n(l);
-        if (n < hi) hi = n; /* at least 1: pf__cap_n never says 0 */
-        if (l->at.active > hi) {
-            l->at.probing = false;
-            pf__set_active(l, hi, "loads never sleep: no more workers than CPUs", waited, thr);
-            return;
-        }
-    }
     /* pf_next loading beside the workers (pf__may_help: dear loads when
        the batch it waits for is further off than a load) is a loader too,
        where it made at least half a loader's share of the period's
@@ -3160,16 +3150,28 @@ static void pf__autotune(pf_loader *l) {
        16 workers make 7030) */
     loaders = l->at.active;
     if (!l->at.help && db && (double)next_n * 2 * (l->at.active + 1) >= (double)db) loaders++;
-    /* ...and where the loads never sleep it takes a CPU: the CPU cap's one
-       worker more, for a pf_next that does not load, is not for it (1 ms
-       CPU loads on 2 cores went 1 -> 3 workers, 7 slots where 2 need 5) */
-    top = l->ring.capped && loaders > l->at.active && hi > 1 ? hi - 1 : hi;
-    if (waited > 0.05 && l->at.active < top && !saturated) {
-        double need = step_pb > 1e-9 ? load_pb / step_pb : (double)top;
-        uint32_t want = need > (double)top ? top : (uint32_t)need + 1;
+    hi = limit < l->at.cap ? limit : l->at.cap;
+    if (l->ring.capped) { /* loads never sleep: no more loading at once than CPUs (pf__cap_n) */
+        uint32_t n = pf__cap_n(l);
+        /* the cap's one worker more is for a pf_next that does not load
+           (cap_plus): one that did takes that CPU. 1 ms CPU loads on 2
+           cores went 1 -> 3 workers beside it (7 slots where 2 need 5);
+           100 us ones after dear ones ran 3 workers and pf_next, 4 loads
+           at once on 2 cores (an outside trial) */
+        if (l->ring.cap_plus && loaders > l->at.active && n > 1) n--;
+        if (n < hi) hi = n; /* at least 1: pf__cap_n never says 0 */
+        if (l->at.active > hi) {
+            l->at.probing = false;
+            pf__set_active(l, hi, "loads never sleep: no more workers than CPUs", waited, thr);
+            return;
+        }
+    }
+    if (waited > 0.05 && l->at.active < hi && !saturated) {
+        double need = step_pb > 1e-9 ? load_pb / step_pb : (double)hi;
+        uint32_t want = need > (double)hi ? hi : (uint32_t)need + 1;
         if (want > 2 * loaders) want = 2 * loaders;
         if (want <= loaders) want = loaders + 1;
-        if (want > top) want = top;
+        if (want > hi) want = hi;
         /* past the CPUs with loads that never sleep, only from a period
            at this count that was not a trial's: a trial's first period
            runs while its new workers start, and the next trial passed on

@@ -963,16 +963,16 @@ static void test_autotune_ring_that_cannot_grow(void) {
    before it. One period judged by hand, its figures set: 40 batches in
    40 ms, 32 of them waiting (input-bound), 1 ms loads. */
 static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, double *thr_before, bool cpu,
-                              uint64_t next_loads) {
+                              uint64_t next_loads, uint32_t workers) {
     uint64_t now;
     uint32_t active;
     pf__lock(&l->sync.mu);
     l->sync.ncpu = 2;
     l->ring.capped = cpu;
-    l->ring.cap_plus = true; /* pf_next does not load 1 ms loads: a worker more than CPUs may */
+    l->ring.cap_plus = true; /* 1 ms loads: a worker more than CPUs may, where pf_next does not load */
     l->ring.cap_flip = 0;
     l->ring.load_est = 1000000;
-    l->at.active = 2;
+    l->at.active = workers;
     l->at.last_n = last_n;
     l->at.thr_last = thr_last;
     l->at.probing = l->at.help = l->at.help_trial = l->at.park_trial = l->at.shrunk = false;
@@ -1010,17 +1010,20 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
     cfg.backend = PF_BACKEND_HOST;
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     /* the period after a trial (the one before ran 1 worker): 2 stay */
-    CHECK_EQ(judged_period(l, 1, 0, &before, true, 0), 2u);
+    CHECK_EQ(judged_period(l, 1, 0, &before, true, 0, 2), 2u);
     /* a period at 2 after one at 2: the third is tried, judged against the
        better of the two (about 1,000 batches/s here, 1,500 before) */
-    CHECK_EQ(judged_period(l, 2, 1500, &before, true, 0), 3u);
+    CHECK_EQ(judged_period(l, 2, 1500, &before, true, 0, 2), 3u);
     CHECKF(before == 1500, "judged against %.0f batches/s", before);
     /* the period before was slower: this one's */
-    CHECK_EQ(judged_period(l, 2, 10, &before, true, 0), 3u);
+    CHECK_EQ(judged_period(l, 2, 10, &before, true, 0, 2), 3u);
     CHECKF(before > 500 && before < 1100, "judged against %.0f batches/s", before);
     /* pf_next loaded 20 of the 40 beside 2 workers, loads that never
        sleep: it takes the CPU the third would have */
-    CHECK_EQ(judged_period(l, 2, 0, &before, true, 20), 2u);
+    CHECK_EQ(judged_period(l, 2, 0, &before, true, 20, 2), 2u);
+    /* 3 workers beside it (the count a dear phase left): back to 2 */
+    CHECK_EQ(judged_period(l, 3, 0, &before, true, 20, 3), 2u);
+    CHECK_EQ(judged_period(l, 3, 0, &before, true, 0, 3), 3u); /* it did not load: 3 stay */
     pf_destroy(l);
 }
 
@@ -1040,10 +1043,10 @@ static void test_autotune_counts_pf_next_as_a_loader(void) {
     cfg.backend = PF_BACKEND_HOST;
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     /* 1 ms loads over 0.2 ms of step need 5 loaders; the count at most doubles */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 0), 4u);  /* 2 loaders: to 4 */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 20), 5u); /* 3 loaders: to 5 (up to 6) */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 6), 4u);  /* 6 of 40: under half of a third */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 7), 5u);  /* 7 of 40: over it */
+    CHECK_EQ(judged_period(l, 2, 0, &before, false, 0, 2), 4u);  /* 2 loaders: to 4 */
+    CHECK_EQ(judged_period(l, 2, 0, &before, false, 20, 2), 5u); /* 3 loaders: to 5 (up to 6) */
+    CHECK_EQ(judged_period(l, 2, 0, &before, false, 6, 2), 4u);  /* 6 of 40: under half of a third */
+    CHECK_EQ(judged_period(l, 2, 0, &before, false, 7, 2), 5u);  /* 7 of 40: over it */
     pf_destroy(l);
 }
 
