@@ -3258,12 +3258,16 @@ static void pf__autotune(pf_loader *l) {
    GPU sync) leaves its core to the workers: 180 us loads under such a
    step ran at 9.6k with 2 loading, 7.0k with 1. Lock held. */
 static uint32_t pf__cap_n(pf_loader *l) {
+    uint32_t n;
     uint64_t limit = l->ring.cap_plus ? PF__HELP_MAX_NS / 2 : PF__HELP_MAX_NS;
     bool plus = !(pf__may_load(l) && l->ring.load_est < limit);
     if (plus == l->ring.cap_plus) l->ring.cap_flip = 0;
     else if (++l->ring.cap_flip >= PF__CAP_SAMPLES) l->ring.cap_plus = plus, l->ring.cap_flip = 0;
-    if (l->ring.cap_plus) return l->sync.ncpu + 1u;
-    return l->ring.cap_busy && l->sync.ncpu > 1 ? l->sync.ncpu - 1u : l->sync.ncpu;
+    /* both at once: a busy caller takes the CPU the one more was for (a
+       fixed 4 workers ran 3 beside pf_next loading 100 us CPU loads on 2
+       cores, 4 loads at once: an outside trial) */
+    n = l->sync.ncpu + (l->ring.cap_plus ? 1u : 0u);
+    return l->ring.cap_busy && n > 1 ? n - 1u : n;
 }
 /* Where the cap can matter: more loaders than CPUs, pf_next one of them
    where it may load. Found once, at pf_create (workers read it without

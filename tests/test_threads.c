@@ -1027,6 +1027,35 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
     pf_destroy(l);
 }
 
+/* The CPU cap's count: the CPUs, one more where pf_next does not load
+   (dear loads), one fewer where the caller keeps a CPU busy; both at once
+   cancel (it gave 3 on 2 cores to a busy caller). */
+static uint32_t cap_count(pf_loader *l, bool dear, bool busy) {
+    uint32_t n;
+    pf__lock(&l->sync.mu);
+    l->sync.ncpu = 2;
+    l->ring.load_est = dear ? 1000000u : 10000u;
+    l->ring.cap_plus = dear;
+    l->ring.cap_flip = 0;
+    l->ring.cap_busy = busy;
+    n = pf__cap_n(l);
+    pf__unlock(&l->sync.mu);
+    return n;
+}
+static void test_cpu_cap_count(void) {
+    pf_config cfg = t_config_base(64, 1, 64, 1);
+    pf_loader *l;
+    cfg.load = nothing;
+    cfg.num_workers = 4;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    CHECK_EQ(cap_count(l, false, false), 2u);
+    CHECK_EQ(cap_count(l, true, false), 3u);
+    CHECK_EQ(cap_count(l, false, true), 1u);
+    CHECK_EQ(cap_count(l, true, true), 2u);
+    pf_destroy(l);
+}
+
 /* pf_next loading beside the workers counts as a loader when autotune
    grows the count: 2 workers plus pf_next is 3 loaders, so the trial goes
    to 4 (or 6), not to 3, which would only take over pf_next's loads (I/O
@@ -2862,6 +2891,7 @@ static const h_test tests[] = {
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
     {"autotune_past_the_cpus_from_a_steady_period", test_autotune_past_the_cpus_from_a_steady_period},
     {"autotune_counts_pf_next_as_a_loader", test_autotune_counts_pf_next_as_a_loader},
+    {"cpu_cap_count", test_cpu_cap_count},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
