@@ -3152,13 +3152,15 @@ static void pf__autotune(pf_loader *l) {
     if (!l->at.help && db && (double)next_n * 2 * (l->at.active + 1) >= (double)db) loaders++;
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (l->ring.capped) { /* loads never sleep: no more loading at once than CPUs (pf__cap_n) */
-        uint32_t n = pf__cap_n(l);
-        /* the cap's one worker more is for a pf_next that does not load
-           (cap_plus): one that did takes that CPU. 1 ms CPU loads on 2
-           cores went 1 -> 3 workers beside it (7 slots where 2 need 5);
-           100 us ones after dear ones ran 3 workers and pf_next, 4 loads
-           at once on 2 cores (an outside trial) */
-        if (l->ring.cap_plus && loaders > l->at.active && n > 1) n--;
+        uint32_t n = pf__cap_n(l), m = l->sync.ncpu > 1 ? l->sync.ncpu - 1 : 1;
+        /* a pf_next that loaded (as measured, whatever the cap's guesses
+           from the loads' cost and the caller's CPU time say) takes a CPU.
+           1 ms CPU loads on 2 cores went 1 -> 3 workers beside it (7 slots
+           where 2 need 5); 100 us ones after dear ones ran 3 workers and
+           pf_next, 4 loads at once; 120 us ones kept 2 workers beside a
+           pf_next loading 27% of the batches, its caller's CPU time in
+           the busy rule's hysteresis (outside trials) */
+        if (loaders > l->at.active && n > m) n = m;
         if (n < hi) hi = n; /* at least 1: pf__cap_n never says 0 */
         if (l->at.active > hi) {
             l->at.probing = false;
