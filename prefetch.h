@@ -3573,13 +3573,13 @@ static void pf__mark_early(pf_loader *l, pf__slot *s, uint64_t start, uint64_t e
    load time (w->est_ns): the run's first load, every PF__RUN_TIMED-th and
    its last are timed (a clock read before and after), and only they move
    the estimate. A clock read waits for the copy before it to finish, where the next
-   copy's misses would have started under its tail: with a read after
-   every load, a worker loading shuffled 4 KiB batches alone
-   (workers_only) took 0.80-1.05 us a batch on the 2-core VM, with 2 in a
-   run 0.66-0.83 (6 runs each, alternated); 1 worker with pf_next 0.42-0.47
-   -> 0.40-0.51, 2 workers 0.45-0.54 -> 0.43-0.51, autotune 0.46-0.50 ->
-   0.43-0.52. Runs are of loads under PF__RUN_LOAD_NS, so an untimed
-   load's figures are off by less than that, until a timed one. */
+   copy's misses would have started under its tail. Shuffled 4 KiB
+   batches on the 2-core VM, 1 worker, 6 runs each alternated, a busy
+   stretch: workers_only 0.92-1.24 -> 0.70-0.89 us a batch, with pf_next
+   loading too 0.87-0.91 -> 0.82-0.85 (a lean loop, the load called with
+   nothing around it, 0.60-0.81). Runs are of loads under
+   PF__RUN_LOAD_NS, so an untimed load's figures are off by less than
+   that, until a timed one. */
 #define PF__RUN_TIMED 8u
 static uint64_t pf__run_untimed(const pf__worker *w, uint32_t k, uint32_t nrun) {
     return k == 0 || k + 1 == nrun || k % PF__RUN_TIMED == PF__RUN_TIMED - 1 ? 0 : w->est_ns;
