@@ -963,6 +963,9 @@ static void test_autotune_ring_that_cannot_grow(void) {
    before it. One period judged by hand, its figures set: 40 batches in
    40 ms, 32 of them waiting (input-bound), 1 ms loads. */
 static bool jp_cheap; /* loads cheap enough for pf_next: no worker more for it (cap_plus) */
+static uint32_t jp_trial_from; /* not 0: the period is a trial's, from this count (thr_before jp_trial_thr) */
+static double jp_trial_thr;
+static bool jp_probe_more;
 static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, double *thr_before, bool cpu,
                               uint64_t next_loads, uint32_t workers) {
     uint64_t now;
@@ -977,6 +980,12 @@ static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, do
     l->at.last_n = last_n;
     l->at.thr_last = thr_last;
     l->at.probing = l->at.help = l->at.help_trial = l->at.park_trial = l->at.shrunk = false;
+    if (jp_trial_from) {
+        l->at.probing = true;
+        l->at.probe_more = jp_probe_more;
+        l->at.before = jp_trial_from;
+        l->at.thr_before = jp_trial_thr;
+    }
     l->at.inline_wait = 0;
     l->at.cap = l->cfg.num_workers;
     l->at.floor = 1;
@@ -998,6 +1007,7 @@ static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, do
     pf__autotune(l);
     active = l->at.active;
     *thr_before = l->at.thr_before;
+    jp_probe_more = l->at.probe_more && l->at.probing;
     pf__unlock(&l->sync.mu);
     return active;
 }
@@ -1031,6 +1041,32 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
     CHECK_EQ(judged_period(l, 2, 0, &before, true, 20, 2), 1u);
     CHECK_EQ(judged_period(l, 2, 0, &before, true, 0, 2), 2u); /* it did not load: 2 stay */
     jp_cheap = false;
+    pf_destroy(l);
+}
+
+/* A trial whose first period does not pass is judged again on the next
+   (the first runs while its workers start and the ring grows); one that
+   passes is kept at once. Periods of about 1,000 batches/s. */
+static void test_autotune_trial_judged_on_two_periods(void) {
+    pf_config cfg = t_config_base(64, 1, 64, 1);
+    pf_loader *l;
+    double before = 0;
+    cfg.load = nothing;
+    cfg.autotune = 1;
+    cfg.num_workers = 8;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    jp_trial_from = 2;
+    jp_trial_thr = 5000; /* 4 workers make no more than 2 did */
+    jp_probe_more = false;
+    CHECK_EQ(judged_period(l, 2, 0, &before, false, 0, 4), 4u); /* not yet */
+    CHECK(jp_probe_more);
+    CHECK_EQ(judged_period(l, 4, 0, &before, false, 0, 4), 2u); /* the second: undone */
+    jp_trial_thr = 100; /* far better than 2 did: kept on its first period */
+    jp_probe_more = false;
+    CHECK(judged_period(l, 2, 0, &before, false, 0, 4) >= 4u);
+    CHECK(!jp_probe_more);
+    jp_trial_from = 0;
     pf_destroy(l);
 }
 
@@ -2899,6 +2935,7 @@ static const h_test tests[] = {
     {"autotune_past_the_cpus_from_a_steady_period", test_autotune_past_the_cpus_from_a_steady_period},
     {"autotune_counts_pf_next_as_a_loader", test_autotune_counts_pf_next_as_a_loader},
     {"cpu_cap_count", test_cpu_cap_count},
+    {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
