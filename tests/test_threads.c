@@ -962,6 +962,17 @@ static void test_autotune_ring_that_cannot_grow(void) {
    and judges the trial against the better of that period and the one
    before it. One period judged by hand, its figures set: 40 batches in
    40 ms, 32 of them waiting (input-bound), 1 ms loads. */
+/* A host loader whose loads do nothing, for periods judged by hand */
+static pf_loader *judged_loader(uint32_t workers, bool autotune) {
+    pf_config cfg = t_config_base(64, 1, 64, 1);
+    pf_loader *l = NULL;
+    cfg.load = nothing;
+    cfg.autotune = autotune;
+    cfg.num_workers = workers;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    return l;
+}
 static bool jp_cheap; /* loads cheap enough for pf_next: no worker more for it (cap_plus) */
 static uint32_t jp_trial_from; /* not 0: the period is a trial's, from this count (thr_before jp_trial_thr) */
 static double jp_trial_thr;
@@ -1012,14 +1023,8 @@ static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, do
     return active;
 }
 static void test_autotune_past_the_cpus_from_a_steady_period(void) {
-    pf_config cfg = t_config_base(64, 1, 64, 1);
-    pf_loader *l;
+    pf_loader *l = judged_loader(4, true);
     double before = 0;
-    cfg.load = nothing;
-    cfg.autotune = 1;
-    cfg.num_workers = 4;
-    cfg.backend = PF_BACKEND_HOST;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     /* the period after a trial (the one before ran 1 worker): 2 stay */
     CHECK_EQ(judged_period(l, 1, 0, &before, true, 0, 2), 2u);
     /* a period at 2 after one at 2: the third is tried, judged against the
@@ -1048,14 +1053,8 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
    (the first runs while its workers start and the ring grows); one that
    passes is kept at once. Periods of about 1,000 batches/s. */
 static void test_autotune_trial_judged_on_two_periods(void) {
-    pf_config cfg = t_config_base(64, 1, 64, 1);
-    pf_loader *l;
+    pf_loader *l = judged_loader(8, true);
     double before = 0;
-    cfg.load = nothing;
-    cfg.autotune = 1;
-    cfg.num_workers = 8;
-    cfg.backend = PF_BACKEND_HOST;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     jp_trial_from = 2;
     jp_trial_thr = 5000; /* 4 workers make no more than 2 did */
     jp_probe_more = false;
@@ -1086,12 +1085,7 @@ static uint32_t cap_count(pf_loader *l, bool dear, bool busy) {
     return n;
 }
 static void test_cpu_cap_count(void) {
-    pf_config cfg = t_config_base(64, 1, 64, 1);
-    pf_loader *l;
-    cfg.load = nothing;
-    cfg.num_workers = 4;
-    cfg.backend = PF_BACKEND_HOST;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    pf_loader *l = judged_loader(4, false);
     CHECK_EQ(cap_count(l, false, false), 2u);
     CHECK_EQ(cap_count(l, true, false), 3u);
     CHECK_EQ(cap_count(l, false, true), 1u);
@@ -1106,14 +1100,8 @@ static void test_cpu_cap_count(void) {
    more batches than 1 and pf_next). Under half a loader's share of the
    batches, it is not counted. */
 static void test_autotune_counts_pf_next_as_a_loader(void) {
-    pf_config cfg = t_config_base(64, 1, 64, 1);
-    pf_loader *l;
+    pf_loader *l = judged_loader(8, true);
     double before = 0;
-    cfg.load = nothing;
-    cfg.autotune = 1;
-    cfg.num_workers = 8;
-    cfg.backend = PF_BACKEND_HOST;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     /* 1 ms loads over 0.2 ms of step need 5 loaders; the count at most doubles */
     CHECK_EQ(judged_period(l, 2, 0, &before, false, 0, 2), 4u);  /* 2 loaders: to 4 */
     CHECK_EQ(judged_period(l, 2, 0, &before, false, 20, 2), 5u); /* 3 loaders: to 5 (up to 6) */
