@@ -3462,8 +3462,8 @@ static void pf__not_loaded(pf__slot *s, int code, const char *why) {
    failure or an overflowing job->bytes becomes the slot's result and
    message. start: the clock just before (0: read it here; a clock read
    costs some 30 ns on a VM, a tenth of a cheap batch). est: not 0, the
-   load is not timed and takes est (pf__load_inline). Returns the clock at
-   its end. */
+   load is not timed and takes est (pf__load_inline, pf__run_untimed).
+   Returns the clock at its end. */
 static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64_t start, uint64_t est) {
     pf_job job;
     int rc;
@@ -3584,8 +3584,9 @@ static void pf__mark_early(pf_loader *l, pf__slot *s, uint64_t start, uint64_t e
 /* A load of a worker's run is timed (0) or takes the worker's smoothed
    load time (w->est_ns): the run's first load, every PF__RUN_TIMED-th and
    its last are timed (a clock read before and after), and only they move
-   the estimate. A clock read waits for the copy before it to finish, where the next
-   copy's misses would have started under its tail. Shuffled 4 KiB
+   the estimate. A clock read waits for the copy before it to finish,
+   where the next copy's misses would have started under its tail.
+   Shuffled 4 KiB
    batches on the 2-core VM, 1 worker, 6 runs each alternated, a busy
    stretch: workers_only 0.92-1.24 -> 0.70-0.89 us a batch, with pf_next
    loading too 0.87-0.91 -> 0.82-0.85 (a lean loop, the load called with

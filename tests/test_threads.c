@@ -955,13 +955,6 @@ static void test_autotune_ring_that_cannot_grow(void) {
     pthread_mutex_destroy(&p.mu);
 }
 
-/* Past the CPUs, with loads that never sleep, autotune tries one more
-   worker only from a period at its count that was not a trial's first
-   (its new workers were starting; a trial passed on such a period, and 1
-   ms CPU loads on 2 cores ran on 3 workers and 8 slots where 2 need 5),
-   and judges the trial against the better of that period and the one
-   before it. One period judged by hand, its figures set: 40 batches in
-   40 ms, 32 of them waiting (input-bound), 1 ms loads. */
 /* A host loader whose loads do nothing, for periods judged by hand */
 static pf_loader *judged_loader(uint32_t workers, bool autotune) {
     pf_config cfg = t_config_base(64, 1, 64, 1);
@@ -973,29 +966,37 @@ static pf_loader *judged_loader(uint32_t workers, bool autotune) {
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     return l;
 }
-static bool jp_cheap; /* loads cheap enough for pf_next: no worker more for it (cap_plus) */
-static uint32_t jp_trial_from; /* not 0: the period is a trial's, from this count (thr_before jp_trial_thr) */
-static double jp_trial_thr;
-static bool jp_probe_more;
-static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, double *thr_before, bool cpu,
-                              uint64_t next_loads, uint32_t workers) {
+/* One autotune period judged by hand, its figures set: 40 batches in 40
+   ms, 32 of them waiting (input-bound), 1 ms loads, 2 CPUs. */
+typedef struct judged {
+    uint32_t workers, last_n; /* the count in the period, and in the one before */
+    double thr_last;          /* the one before's batches/s */
+    bool cpu;                 /* the loads never sleep (the CPU cap's verdict) */
+    bool cheap;               /* cheap enough for pf_next: no worker more for it (cap_plus) */
+    uint64_t next_loads;      /* pf_next's of the 40 */
+    uint32_t trial_from;      /* not 0: the period is a trial's, from this count... */
+    double trial_thr;         /* ...which made this many batches/s */
+    bool probe_more;          /* in: the trial's first period did not pass; out: judged again next */
+    double thr_before;        /* out: what an increase is judged against */
+} judged;
+static uint32_t judged_period(pf_loader *l, judged *p) {
     uint64_t now;
     uint32_t active;
     pf__lock(&l->sync.mu);
     l->sync.ncpu = 2;
-    l->ring.capped = cpu;
-    l->ring.cap_plus = !jp_cheap; /* 1 ms loads: a worker more than CPUs may, where pf_next does not load */
+    l->ring.capped = p->cpu;
+    l->ring.cap_plus = !p->cheap; /* 1 ms loads: a worker more than CPUs may, where pf_next does not load */
     l->ring.cap_flip = 0;
     l->ring.load_est = 1000000;
-    l->at.active = workers;
-    l->at.last_n = last_n;
-    l->at.thr_last = thr_last;
+    l->at.active = p->workers;
+    l->at.last_n = p->last_n;
+    l->at.thr_last = p->thr_last;
     l->at.probing = l->at.help = l->at.help_trial = l->at.park_trial = l->at.shrunk = false;
-    if (jp_trial_from) {
+    if (p->trial_from) {
         l->at.probing = true;
-        l->at.probe_more = jp_probe_more;
-        l->at.before = jp_trial_from;
-        l->at.thr_before = jp_trial_thr;
+        l->at.probe_more = p->probe_more;
+        l->at.before = p->trial_from;
+        l->at.thr_before = p->trial_thr;
     }
     l->at.inline_wait = 0;
     l->at.cap = l->cfg.num_workers;
@@ -1012,40 +1013,47 @@ static uint32_t judged_period(pf_loader *l, uint32_t last_n, double thr_last, do
     l->at.call0 = l->st.call_ns - 40000000u;
     l->at.wwait0 = l->st.worker_wait_ns;
     l->at.next0 = l->st.next_loads;
-    l->st.next_loads += next_loads; /* of the 40 */
+    l->st.next_loads += p->next_loads;
     l->at.t0 = now - 40000000u;
     l->st.last_ns = now;
     pf__autotune(l);
     active = l->at.active;
-    *thr_before = l->at.thr_before;
-    jp_probe_more = l->at.probe_more && l->at.probing;
+    p->thr_before = l->at.thr_before;
+    p->probe_more = l->at.probe_more && l->at.probing;
     pf__unlock(&l->sync.mu);
     return active;
 }
+#define JUDGED(...) judged_period(l, &(judged){__VA_ARGS__})
+
+/* Past the CPUs, with loads that never sleep, autotune tries one more
+   worker only from a period at its count that was not a trial's first
+   (its new workers were starting; a trial passed on such a period, and 1
+   ms CPU loads on 2 cores ran on 3 workers and 8 slots where 2 need 5),
+   and judges the trial against the better of that period and the one
+   before it. */
 static void test_autotune_past_the_cpus_from_a_steady_period(void) {
     pf_loader *l = judged_loader(4, true);
-    double before = 0;
+    judged p = {.workers = 2, .last_n = 2, .thr_last = 1500, .cpu = true};
     /* the period after a trial (the one before ran 1 worker): 2 stay */
-    CHECK_EQ(judged_period(l, 1, 0, &before, true, 0, 2), 2u);
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 1, .cpu = true), 2u);
     /* a period at 2 after one at 2: the third is tried, judged against the
        better of the two (about 1,000 batches/s here, 1,500 before) */
-    CHECK_EQ(judged_period(l, 2, 1500, &before, true, 0, 2), 3u);
-    CHECKF(before == 1500, "judged against %.0f batches/s", before);
+    CHECK_EQ(judged_period(l, &p), 3u);
+    CHECKF(p.thr_before == 1500, "judged against %.0f batches/s", p.thr_before);
     /* the period before was slower: this one's */
-    CHECK_EQ(judged_period(l, 2, 10, &before, true, 0, 2), 3u);
-    CHECKF(before > 500 && before < 1100, "judged against %.0f batches/s", before);
+    p.thr_last = 10;
+    CHECK_EQ(judged_period(l, &p), 3u);
+    CHECKF(p.thr_before > 500 && p.thr_before < 1100, "judged against %.0f batches/s", p.thr_before);
     /* pf_next loaded 20 of the 40 beside 2 workers, loads that never
        sleep: it takes a CPU, the one worker more (for a pf_next that does
        not load) is not given, and one worker is left beside it */
-    CHECK_EQ(judged_period(l, 2, 0, &before, true, 20, 2), 1u);
-    CHECK_EQ(judged_period(l, 3, 0, &before, true, 20, 3), 1u); /* the count a dear phase left */
-    CHECK_EQ(judged_period(l, 3, 0, &before, true, 0, 3), 3u); /* it did not load: 3 stay */
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .next_loads = 20), 1u);
+    CHECK_EQ(JUDGED(.workers = 3, .last_n = 3, .cpu = true, .next_loads = 20), 1u); /* the count a dear phase left */
+    CHECK_EQ(JUDGED(.workers = 3, .last_n = 3, .cpu = true), 3u); /* it did not load: 3 stay */
     /* cheaper loads (the cap: as many as CPUs), the caller's CPU time
        not counted busy: the same */
-    jp_cheap = true;
-    CHECK_EQ(judged_period(l, 2, 0, &before, true, 20, 2), 1u);
-    CHECK_EQ(judged_period(l, 2, 0, &before, true, 0, 2), 2u); /* it did not load: 2 stay */
-    jp_cheap = false;
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .cheap = true, .next_loads = 20), 1u);
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .cheap = true), 2u); /* it did not load: 2 stay */
     pf_destroy(l);
 }
 
@@ -1054,18 +1062,14 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
    passes is kept at once. Periods of about 1,000 batches/s. */
 static void test_autotune_trial_judged_on_two_periods(void) {
     pf_loader *l = judged_loader(8, true);
-    double before = 0;
-    jp_trial_from = 2;
-    jp_trial_thr = 5000; /* 4 workers make no more than 2 did */
-    jp_probe_more = false;
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 0, 4), 4u); /* not yet */
-    CHECK(jp_probe_more);
-    CHECK_EQ(judged_period(l, 4, 0, &before, false, 0, 4), 2u); /* the second: undone */
-    jp_trial_thr = 100; /* far better than 2 did: kept on its first period */
-    jp_probe_more = false;
-    CHECK(judged_period(l, 2, 0, &before, false, 0, 4) >= 4u);
-    CHECK(!jp_probe_more);
-    jp_trial_from = 0;
+    judged p = {.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000}; /* 4 make no more than 2 did */
+    CHECK_EQ(judged_period(l, &p), 4u); /* not yet */
+    CHECK(p.probe_more);
+    p.last_n = 4;
+    CHECK_EQ(judged_period(l, &p), 2u); /* the second: undone */
+    p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 100}; /* far better than 2 did */
+    CHECK(judged_period(l, &p) >= 4u); /* kept on its first period */
+    CHECK(!p.probe_more);
     pf_destroy(l);
 }
 
@@ -1095,18 +1099,17 @@ static void test_cpu_cap_count(void) {
 
 /* pf_next loading beside the workers counts as a loader when autotune
    grows the count: 2 workers plus pf_next is 3 loaders, so the trial goes
-   to 4 (or 6), not to 3, which would only take over pf_next's loads (I/O
+   past 3 (up to 6), which would only take over pf_next's loads (I/O
    loads of 1 MiB stayed at 1 worker + pf_next for good: 2 workers made no
    more batches than 1 and pf_next). Under half a loader's share of the
    batches, it is not counted. */
 static void test_autotune_counts_pf_next_as_a_loader(void) {
     pf_loader *l = judged_loader(8, true);
-    double before = 0;
     /* 1 ms loads over 0.2 ms of step need 5 loaders; the count at most doubles */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 0, 2), 4u);  /* 2 loaders: to 4 */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 20, 2), 5u); /* 3 loaders: to 5 (up to 6) */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 6, 2), 4u);  /* 6 of 40: under half of a third */
-    CHECK_EQ(judged_period(l, 2, 0, &before, false, 7, 2), 5u);  /* 7 of 40: over it */
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2), 4u);                   /* 2 loaders: to 4 */
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .next_loads = 20), 5u); /* 3 loaders: to 5 (up to 6) */
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .next_loads = 6), 4u);  /* 6 of 40: under half of a third */
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .next_loads = 7), 5u);  /* 7 of 40: over it */
     pf_destroy(l);
 }
 
