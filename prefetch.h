@@ -1579,7 +1579,8 @@ typedef struct pf__tuner {
     uint64_t batches_prev; /* the start of the period just measured       */
     double thr_before;     /* throughput before the last increase         */
     double thr_last;       /* the period before this one's throughput...    */
-    uint32_t last_n;       /* ...and its workers                            */
+    uint32_t last_n;       /* ...its workers...                             */
+    double load_last;      /* ...and its load time per batch               */
     double load_before;    /* and the load time per batch then            */
     uint32_t before;       /* active before it                             */
     uint32_t cap;          /* more did not help: stay at or below...       */
@@ -2948,7 +2949,7 @@ static void pf__autotune(pf_loader *l) {
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
     double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
-    bool saturated, same_n;
+    bool saturated, steady;
     uint32_t loaders;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     /* cheap batches: 32 of them are noise. The period's time is judged by
@@ -2970,17 +2971,23 @@ static void pf__autotune(pf_loader *l) {
     dt = pf__sec(now - l->at.t0);
     if (dt <= 0) return;
     thr = (double)db / dt;
+    waited = pf__sec(waits - l->at.wait0) / dt;
+    load_pb = pf__sec(l->st.load_ns - l->at.load0) / (double)db;
     /* an increase is judged against the better of this period and the one
        before it at the same count: a slow period (the machine shared) is
        no baseline. CPU-bound 1 ms loads on 2 cores, one period read 1421
        batches/s where 2 workers make 1950, and a third worker passed its
-       trial on it (1 run in 20): 3 workers, 8 slots where 2 need 5 */
-    same_n = l->at.last_n == l->at.active;
-    thr_base = same_n && l->at.thr_last > thr ? l->at.thr_last : thr;
+       trial on it (1 run in 20): 3 workers, 8 slots where 2 need 5. Nor is
+       a period of other loads, or twice as fast: 64 KiB memcpy loads
+       (706k batches/s) then 1 ms sleeps judged the 1 -> 4 trial of the
+       sleeps (4582 against 1690 before it) against the memcpy period,
+       undid it, and 1 worker ran the sleeps at 1841 batches/s where 16
+       make 13k (an outside trial, 3 runs in 20) */
+    steady = l->at.last_n == l->at.active && !pf__drifted(load_pb, l->at.load_last) && l->at.thr_last < 2 * thr;
+    thr_base = steady && l->at.thr_last > thr ? l->at.thr_last : thr;
     l->at.thr_last = thr;
     l->at.last_n = l->at.active;
-    waited = pf__sec(waits - l->at.wait0) / dt;
-    load_pb = pf__sec(l->st.load_ns - l->at.load0) / (double)db;
+    l->at.load_last = load_pb;
     call_pb = pf__sec(l->st.call_ns - l->at.call0) / (double)db;
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
     idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
@@ -3185,13 +3192,14 @@ static void pf__autotune(pf_loader *l) {
         if (want > 2 * loaders) want = 2 * loaders;
         if (want <= loaders) want = loaders + 1;
         if (want > hi) want = hi;
-        /* past the CPUs with loads that never sleep, only from a period
-           at this count that was not a trial's: a trial's first period
+        /* past the CPUs with loads that never sleep, only from a steady
+           period (at this count after one at it, of the same loads), not
+           a trial's first: a trial's first period
            runs while its new workers start, and the next trial passed on
            it. 1 ms CPU loads on 2 cores went 2 -> 3 workers on a 2-worker
            trial's 1299 batches/s (2 workers make 1950) in 2 runs of 22;
            none of 60 since */
-        if (l->ring.capped && want > l->sync.ncpu && !same_n) {
+        if (l->ring.capped && want > l->sync.ncpu && !steady) {
             l->at.idle_streak = 0;
             return;
         }

@@ -971,6 +971,7 @@ static pf_loader *judged_loader(uint32_t workers, bool autotune) {
 typedef struct judged {
     uint32_t workers, last_n; /* the count in the period, and in the one before */
     double thr_last;          /* the one before's batches/s */
+    double load_last;         /* ...and its load per batch (0: this one's, 1 ms) */
     bool cpu;                 /* the loads never sleep (the CPU cap's verdict) */
     bool cheap;               /* cheap enough for pf_next: no worker more for it (cap_plus) */
     uint64_t next_loads;      /* pf_next's of the 40 */
@@ -991,6 +992,7 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->at.active = p->workers;
     l->at.last_n = p->last_n;
     l->at.thr_last = p->thr_last;
+    l->at.load_last = p->load_last > 0 ? p->load_last : 1e-3;
     l->at.probing = l->at.help = l->at.help_trial = l->at.park_trial = l->at.shrunk = false;
     if (p->trial_from) {
         l->at.probing = true;
@@ -1054,6 +1056,25 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
        not counted busy: the same */
     CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .cheap = true, .next_loads = 20), 1u);
     CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .cheap = true), 2u); /* it did not load: 2 stay */
+    pf_destroy(l);
+}
+
+/* A trial is judged against the better of its period and the one before
+   only where the one before is of the same loads and not twice as fast: a
+   memcpy phase's 700k batches/s before 1 ms loads undid every trial of
+   more workers for the loads (an outside trial: 1 worker at 1841
+   batches/s where 16 make 13k). */
+static void test_autotune_baseline_of_the_same_loads(void) {
+    pf_loader *l = judged_loader(16, true);
+    judged p = {.workers = 1, .last_n = 1, .thr_last = 700000, .load_last = 1.4e-6};
+    CHECK_EQ(judged_period(l, &p), 2u); /* input-bound: a trial */
+    CHECKF(p.thr_before > 500 && p.thr_before < 1100, "judged against %.0f batches/s", p.thr_before);
+    p = (judged){.workers = 1, .last_n = 1, .thr_last = 2500}; /* the same loads, 2.5x as fast */
+    CHECK_EQ(judged_period(l, &p), 2u);
+    CHECKF(p.thr_before > 500 && p.thr_before < 1100, "judged against %.0f batches/s", p.thr_before);
+    p = (judged){.workers = 1, .last_n = 1, .thr_last = 1500, .load_last = 1.2e-3}; /* noise */
+    CHECK_EQ(judged_period(l, &p), 2u);
+    CHECKF(p.thr_before == 1500, "judged against %.0f batches/s", p.thr_before);
     pf_destroy(l);
 }
 
@@ -2927,6 +2948,7 @@ static const h_test tests[] = {
     {"autotune_counts_pf_next_as_a_loader", test_autotune_counts_pf_next_as_a_loader},
     {"cpu_cap_count", test_cpu_cap_count},
     {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
+    {"autotune_baseline_of_the_same_loads", test_autotune_baseline_of_the_same_loads},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
