@@ -2913,6 +2913,24 @@ static void pf__help_failed(pf_loader *l) {
     l->at.help = false;
 }
 
+/* pf_next alone is tried from 1 worker beside it, never from more: a
+   trial is judged against the period before it, and alone beating 16
+   workers says nothing of 1. After 1 ms sleep loads (16 workers), 64 KiB
+   memcpy loads went 16 -> 0 and stayed there at 630k batches/s, where 1
+   worker beside pf_next makes 700k-990k (an outside trial; a fresh start
+   tries alone from 1 and goes back to it). From more, the count goes to
+   1 with pf_next loading, and alone is tried from there (at.help, the
+   next period, judged against this load: call_pb). true: done for this
+   period. */
+static bool pf__alone_from_one(pf_loader *l, double call_pb, double waited, double thr) {
+    if (l->at.active <= 1) return false;
+    l->at.help = true;
+    l->at.inline_load = call_pb;
+    l->at.help_trial = l->at.park_trial = l->at.park_quiet = l->at.park_last = l->at.park_failed = false;
+    pf__set_active(l, 1, "loads are cheap: 1 worker beside pf_next, pf_next alone tried from there", waited, thr);
+    return true;
+}
+
 /* pf_next alone, with no handoff, may be faster than the workers that
    keep up (only a trial tells): a load costs under half of the consumer's
    time per batch, handoffs included; or loads cost about what a handoff
@@ -3025,6 +3043,7 @@ static void pf__autotune(pf_loader *l) {
                runs of cheap batches, pf_next finds one ready, or
                publishes a loaded one itself, nearly every time, so
                help alone had nothing to do) */
+            if (pf__alone_from_one(l, call_pb, waited, thr)) return;
             l->at.thr_before = thr;
             l->at.before = l->at.active;
             l->at.park_trial = l->at.park_quiet = true;
@@ -3050,6 +3069,7 @@ static void pf__autotune(pf_loader *l) {
                worker, pf_next helping or not, its loads timed at 0.6 us;
                0.26-0.33 with pf_next alone. A failure ends help, as this
                trial's would have. */
+            if (pf__alone_from_one(l, call_pb, waited, thr)) return;
             if (thr > l->at.thr_before) l->at.thr_before = thr; /* the better of the two */
             l->at.park_trial = l->at.park_last = true;
             l->at.park_quiet = false;
@@ -3083,6 +3103,7 @@ static void pf__autotune(pf_loader *l) {
             /* loads this cheap may go faster with no handoff at all: the
                workers park and pf_next loads every batch; kept only if 5%
                faster (once: until help ends) */
+            if (pf__alone_from_one(l, call_pb, waited, thr)) return;
             l->at.thr_before = thr;
             l->at.before = l->at.active;
             l->at.park_trial = true;
@@ -3123,6 +3144,7 @@ static void pf__autotune(pf_loader *l) {
        batch over the run, 0.29-0.32 once there). A failure backs off as a
        help trial's does. */
     if (l->at.active && waited <= 0.05 && pf__as_dear_as_a_handoff(call_pb, step_pb) && pf__inline_may_try(l, call_pb)) {
+        if (pf__alone_from_one(l, call_pb, waited, thr)) return;
         pf__inline_try(l, call_pb, thr);
         l->at.help = l->at.park_trial = l->at.park_last = true; /* judged next period, failed as a help trial */
         l->at.help_trial = l->at.park_quiet = l->at.park_failed = false;
