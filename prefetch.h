@@ -1585,6 +1585,9 @@ typedef struct pf__tuner {
     uint32_t before;       /* active before it                             */
     uint32_t cap;          /* more did not help: stay at or below...       */
     uint32_t cap_streak;   /* periods in a row whose load drifted from cap_load */
+    uint32_t cap_wait;     /* loads that sleep: periods until it is lifted... */
+    bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
+    uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
     double cap_load;       /* ...while the load per batch stays near this  */
     bool probing;          /* the last change was an increase, on trial    */
     bool probe_more;       /* ...its first period did not pass: one more   */
@@ -2683,12 +2686,16 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
      them at a time, and if that
      starves the consumer, the count it grows back to is a floor.
    A ceiling holds while the load time per batch stays within a third of
-   what it was when it was set, a floor while the consumer's time per batch
-   does: a steady workload settles and stays; one that changes (a slow
-   phase, then a fast one) is followed. Never more than num_workers, nor
-   than the slot ring can keep busy. */
+   what it was when it was set (with loads that sleep, for PF__AT_RETRY
+   periods, doubling up to PF__AT_RETRY_MAX with each failure in a row), a
+   floor while the consumer's time per batch does: a steady workload
+   settles and stays; one that changes (a slow phase, then a fast one) is
+   followed. Never more than num_workers, nor than the slot ring can keep
+   busy. */
 #define PF__AT_PERIOD 32u
 #define PF__AT_MIN_NS 20000000u /* and at least 20 ms */
+#define PF__AT_RETRY 8u         /* a failed trial's count holds 8 periods (160 ms or more)... */
+#define PF__AT_RETRY_MAX 256u   /* ...up to 256 (5 s or more) after failures in a row */
 /* The dearest load pf_next may take on: a batch that gets ready while
    pf_next loads another waits for it, so this bounds that delay; a
    handoff between threads costs 0.3-40 us (a spin, or a sleep and a wake
@@ -2814,6 +2821,24 @@ static void pf__ring_for(pf_loader *l, uint32_t slots, bool trial) {
     if (!l->ring.grow_failed && slots > l->ring.grow_to && slots > l->ring.nalloc) l->ring.grow_to = slots;
 }
 
+/* The ring while an increase to n workers is on trial: b + n + 1 (see
+   above), one more where pf_next loads a loader's share (a slot to load
+   into too), or where the full ring for n takes PF__TRIAL_FULL_BYTES or
+   less, that: a trial far above b, with b + n + 1 slots, fails for want of
+   them, and a few MiB is no memory to save. 10 -> 22 workers of 55 us
+   sleeps and 64 KiB batches had 33 slots, ran at 44k batches/s against
+   74k, and was undone; 22 fixed workers run at 46-50k with 33 slots and
+   105-134k with their 45. 1 -> 2 workers of 1 ms sleeps into 4 MiB slots,
+   pf_next loading half the batches, had 4 slots and made 2-3% more than
+   1 (2 fixed workers: 15% more with 5), failing every trial (outside
+   trials). */
+#define PF__TRIAL_FULL_BYTES ((uint64_t)8 << 20)
+static uint32_t pf__trial_slots(const pf_loader *l, uint32_t n) {
+    uint32_t part = l->at.active + n + 1 + (l->at.caller_loads ? 1u : 0u), full = pf__ring_slots(n, &l->cfg);
+    if (part > full) part = full;
+    return part < full && (uint64_t)full * pf__align_up(l->cfg.batch_bytes) <= PF__TRIAL_FULL_BYTES ? full : part;
+}
+
 static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double waited, double thr) {
     char count[48];
     if (n == l->at.active) pf__format(count, sizeof count, "%u worker%s stay", (unsigned)n, n == 1 ? "" : "s");
@@ -2822,7 +2847,7 @@ static void pf__set_active(pf_loader *l, uint32_t n, const char *why, double wai
                "%.0f batches/s)", count, why, waited * 100, (unsigned long long)(l->st.batches - l->at.batches_prev),
                thr);
     if (n > l->at.active) pf__wake(l, PF__ROLE_PARKED); /* they claim again */
-    if (n > l->at.active) pf__ring_for(l, l->at.active + n + 1, true); /* on trial: see pf__grow */
+    if (n > l->at.active) pf__ring_for(l, pf__trial_slots(l, n), true); /* on trial: see pf__grow */
     l->at.active = n;
     l->at.changes++;
     l->at.steady = 0;
@@ -2849,8 +2874,9 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
    block of the slots it lacks: while an increase from b to n workers is
    on trial, the ring of the b (2b + 1) and a slot to load into for each
    new one (b + n + 1: in order, a late batch holds back the ready ones,
-   and a trial without that slack fails for want of slots); once it is
-   kept, the default ring for n (pf__ring_slots). A trial that fails so
+   and a trial without that slack fails for want of slots; the full ring
+   where it is small, pf__trial_slots); once it is kept, the default ring
+   for n (pf__ring_slots). A trial that fails so
    costs fewer slots. A worker allocates it (and
    touches it: page faults cost milliseconds here), outside the lock, one at
    a time (`growing`), so the consumer never pays for it; the new slots join
@@ -3017,7 +3043,8 @@ static void pf__autotune(pf_loader *l) {
     saturated = busy >= 0.9 * (double)l->sync.ncpu || busy >= (double)l->sync.ncpu - 0.5; /* no half a core free */
     /* the load changed: two periods in a row, not one noisy one */
     l->at.cap_streak = l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
-    if (l->at.cap_streak >= 2) l->at.cap = limit;
+    if (l->at.cap_streak >= 2) l->at.cap = limit, l->at.cap_backoff = 0;
+    if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     /* a period in which the consumer hardly waited (a pause in the loop,
        an evaluation) judges no trial of pf_next loading: it stays on
@@ -3099,12 +3126,15 @@ static void pf__autotune(pf_loader *l) {
         if (call_pb > 2 * l->at.inline_load || call_pb >= PF__INLINE_MAX_S) { /* back to the workers alone */
             l->at.help = l->at.park_failed = false;
             pf__set_active(l, l->at.active ? l->at.active : 1, "loads got dearer", waited, thr);
-        } else if (l->at.active && !l->at.park_failed) {
+        } else if (l->at.active && !l->at.park_failed && steady) {
             /* loads this cheap may go faster with no handoff at all: the
                workers park and pf_next loads every batch; kept only if 5%
-               faster (once: until help ends) */
+               faster (once: until help ends). From a steady period: the
+               first at 1 worker after 16 -> 1 ran at 478k batches/s where
+               1 worker makes 0.94-0.99M, and alone (622-689k) passed on it
+               (an outside trial, 4 runs in 6) */
             if (pf__alone_from_one(l, call_pb, waited, thr)) return;
-            l->at.thr_before = thr;
+            l->at.thr_before = thr_base;
             l->at.before = l->at.active;
             l->at.park_trial = true;
             pf__set_active(l, 0, "pf_next loads every batch", waited, thr);
@@ -3171,6 +3201,20 @@ static void pf__autotune(pf_loader *l) {
         if (failed) {
             l->at.cap = l->at.before;
             l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
+            /* with loads that sleep, tried again after PF__AT_RETRY
+               periods, twice as many after each failure in a row: a trial
+               judged on two periods of 20 ms fails on noise or on its new
+               block's page faults now and then, and the count stayed for
+               the whole phase (8 of 16 workers of 300 us sleeps and 1 MiB
+               copies at 0.6-0.7 of 16, 1 run in 5; 1 of 2 of 1 ms sleeps
+               at 0.85, 4 in 5: an outside trial). Never past the CPUs with
+               loads that never sleep (each retry's block would show in
+               the memory a run peaks at) */
+            l->at.cap_backoff = l->ring.capped ? 0
+                                : l->at.cap_backoff ? (l->at.cap_backoff < PF__AT_RETRY_MAX ? 2 * l->at.cap_backoff
+                                                                                             : PF__AT_RETRY_MAX)
+                                : PF__AT_RETRY;
+            l->at.cap_wait = l->at.cap_backoff;
             /* and the slots the trial added go back (pf__shrink) */
             if (l->ring.grow_to > l->ring.nalloc && !l->ring.growing) l->ring.grow_to = l->ring.nalloc;
             l->ring.shrink_to = pf__ring_slots(l->at.before, &l->cfg);
@@ -3179,6 +3223,7 @@ static void pf__autotune(pf_loader *l) {
             return;
         }
         pf__ring_for(l, pf__ring_slots(l->at.active, &l->cfg), false); /* kept: the full ring */
+        l->at.cap_backoff = 0;
     }
     /* pf_next loading beside the workers (pf__may_help: dear loads when
        the batch it waits for is further off than a load) is a loader too,
@@ -3190,6 +3235,7 @@ static void pf__autotune(pf_loader *l) {
        16 workers make 7030) */
     loaders = l->at.active;
     if (!l->at.help && db && (double)next_n * 2 * (l->at.active + 1) >= (double)db) loaders++;
+    l->at.caller_loads = loaders > l->at.active;
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (l->ring.capped) { /* loads never sleep: no more loading at once than CPUs (pf__cap_n) */
         uint32_t n = pf__cap_n(l), m = l->sync.ncpu > 1 ? l->sync.ncpu - 1 : 1;

@@ -979,6 +979,7 @@ typedef struct judged {
     double trial_thr;         /* ...which made this many batches/s */
     bool probe_more;          /* in: the trial's first period did not pass; out: judged again next */
     double thr_before;        /* out: what an increase is judged against */
+    uint32_t cap;             /* in: the count a failed trial holds (0: none); out: after */
 } judged;
 static uint32_t judged_period(pf_loader *l, judged *p) {
     uint64_t now;
@@ -999,9 +1000,10 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
         l->at.probe_more = p->probe_more;
         l->at.before = p->trial_from;
         l->at.thr_before = p->trial_thr;
+        l->at.load_before = 1e-3; /* the same loads */
     }
     l->at.inline_wait = 0;
-    l->at.cap = l->cfg.num_workers;
+    l->at.cap = p->cap ? p->cap : l->cfg.num_workers;
     l->at.floor = 1;
     l->at.cpu0 = 0; /* no verdict on the process's CPU time */
     now = pf__now_ns();
@@ -1022,6 +1024,7 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     active = l->at.active;
     p->thr_before = l->at.thr_before;
     p->probe_more = l->at.probe_more && l->at.probing;
+    p->cap = l->at.cap;
     pf__unlock(&l->sync.mu);
     return active;
 }
@@ -1075,6 +1078,65 @@ static void test_autotune_baseline_of_the_same_loads(void) {
     p = (judged){.workers = 1, .last_n = 1, .thr_last = 1500, .load_last = 1.2e-3}; /* noise */
     CHECK_EQ(judged_period(l, &p), 2u);
     CHECKF(p.thr_before == 1500, "judged against %.0f batches/s", p.thr_before);
+    pf_destroy(l);
+}
+
+/* A trial far above the count it comes from gets the full ring for its
+   count where that is small (8 MiB or less), not b + n + 1 slots: 10 ->
+   22 workers of 64 KiB batches ran short of slots (33, where 22 fixed
+   workers have 45, and run at half the speed with 33); and a slot more
+   where pf_next loads a loader's share */
+static void test_autotune_trial_ring(void) {
+    for (int big = 0; big < 2; big++) {
+        pf_config cfg = t_config_base(64, 1, big ? (size_t)1 << 20 : (size_t)64 << 10, 1);
+        pf_loader *l = NULL;
+        cfg.load = nothing;
+        cfg.autotune = true;
+        cfg.num_workers = 64;
+        cfg.backend = PF_BACKEND_HOST;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        if (!l) return;
+        pf__lock(&l->sync.mu);
+        l->at.active = 10;
+        CHECK_EQ(pf__trial_slots(l, 22), big ? 33u : 45u); /* 1 MiB: 45 would be 45 MiB */
+        CHECK_EQ(pf__trial_slots(l, 11), big ? 22u : 32u); /* 64 KiB: the small ring's 32 (2 MiB) */
+        l->at.caller_loads = true; /* pf_next loads a loader's share: a slot more */
+        CHECK_EQ(pf__trial_slots(l, 11), big ? 23u : 32u);
+        l->at.active = 1;
+        CHECK_EQ(pf__trial_slots(l, 2), big ? 5u : 32u); /* 1 + 2 + 1 + 1: 2's full ring, no more */
+        l->at.caller_loads = false;
+        pf__unlock(&l->sync.mu);
+        pf_destroy(l);
+    }
+}
+
+/* A failed trial's count holds while the loads stay the same, but with
+   loads that sleep only for PF__AT_RETRY periods, twice as many after
+   each failure in a row: a trial judged on two periods of 20 ms failed on
+   noise or its new block's page faults now and then, and the count stayed
+   for the whole phase (an outside trial: 8 of 16 workers at 0.6-0.7).
+   With loads that never sleep, past the CPUs, it holds. */
+static void test_autotune_retries_a_failed_trial(void) {
+    pf_loader *l = judged_loader(8, true);
+    judged p;
+    uint32_t k;
+    for (uint32_t round = 0; round < 2; round++) {
+        p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .probe_more = true};
+        CHECK_EQ(judged_period(l, &p), 2u); /* failed: back to 2, held there */
+        CHECK_EQ(p.cap, 2u);
+        for (k = 1; k < (PF__AT_RETRY << round); k++) {
+            p = (judged){.workers = 2, .last_n = 2, .cap = p.cap};
+            CHECK_EQ(judged_period(l, &p), 2u);
+        }
+        p = (judged){.workers = 2, .last_n = 2, .cap = p.cap};
+        CHECKF(judged_period(l, &p) == 4u, "round %u: no trial again after %u periods", round, k);
+    }
+    p = (judged){.workers = 3, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .probe_more = true, .cpu = true};
+    CHECK_EQ(judged_period(l, &p), 2u); /* past the CPUs, loads that never sleep: failed */
+    for (k = 0; k < 4 * PF__AT_RETRY_MAX; k++) {
+        p = (judged){.workers = 2, .last_n = 2, .cpu = true, .cap = p.cap};
+        CHECK_EQ(judged_period(l, &p), 2u);
+    }
     pf_destroy(l);
 }
 
@@ -2001,7 +2063,8 @@ static void test_a_failed_help_trial_tries_pf_next_alone(void) {
    tries pf_next alone too (it ended help for loads over half the step:
    an outside trial saw 1 run in 35 stay at 1 worker). From more than 1
    worker, each goes to 1 worker beside pf_next first, and alone is tried
-   from there (alone beating 16 workers says nothing of 1). */
+   from there, from a steady period (alone beating 16 workers, or the
+   first period after 16 -> 1, says nothing of 1). */
 static void t_period(pf_loader *l, uint64_t batches, uint64_t ns, uint64_t load_ns, double idle) { /* lock held */
     uint64_t now = pf__now_ns();
     pf__at_period_start(l, now - ns, l->st.wait_input_ns + l->st.wait_copy_ns);
@@ -2063,7 +2126,12 @@ static void test_autotune_tries_pf_next_alone_when_workers_keep_up(void) {
             }
             CHECK_EQ(l->at.active, 1u);
             CHECK(l->at.help && !l->at.help_trial && !l->at.park_trial);
-            /* then pf_next alone, judged against 1 worker beside it */
+            /* then pf_next alone, judged against 1 worker beside it, from
+               a steady period: not the first at 1 (the workers leaving:
+               400k batches/s), the next (800k) */
+            t_period(l, 10000, 25000000, 300, 0);
+            CHECK_EQ(l->at.active, 1u);
+            CHECK(!l->at.park_trial);
             t_period(l, 20000, 25000000, 300, 0);
             CHECK_EQ(l->at.active, 0u);
             CHECK(l->at.help && l->at.park_trial);
@@ -2968,6 +3036,8 @@ static const h_test tests[] = {
     {"cpu_cap_count", test_cpu_cap_count},
     {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
     {"autotune_baseline_of_the_same_loads", test_autotune_baseline_of_the_same_loads},
+    {"autotune_retries_a_failed_trial", test_autotune_retries_a_failed_trial},
+    {"autotune_trial_ring", test_autotune_trial_ring},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
