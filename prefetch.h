@@ -1578,17 +1578,17 @@ typedef struct pf__tuner {
     uint64_t t0, batches0, wait0, load0, wwait0, call0, cpu0, next0; /* the period's start */
     uint64_t batches_prev; /* the start of the period just measured       */
     double thr_before;     /* throughput before the last increase         */
+    double load_before;    /* and the load time per batch then            */
     double thr_last;       /* the period before this one's throughput...    */
     uint32_t last_n;       /* ...its workers...                             */
     double load_last;      /* ...and its load time per batch               */
-    double load_before;    /* and the load time per batch then            */
     uint32_t before;       /* active before it                             */
     uint32_t cap;          /* more did not help: stay at or below...       */
     uint32_t cap_streak;   /* periods in a row whose load drifted from cap_load */
-    uint32_t cap_wait;     /* loads that sleep: periods until it is lifted... */
-    bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
-    uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
     double cap_load;       /* ...while the load per batch stays near this  */
+    uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
+    uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
+    bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
     bool probing;          /* the last change was an increase, on trial    */
     bool probe_more;       /* ...its first period did not pass: one more   */
     bool shrunk;           /* the last change was a decrease               */
@@ -3206,10 +3206,9 @@ static void pf__autotune(pf_loader *l) {
                judged on two periods of 20 ms fails on noise or on its new
                block's page faults now and then, and the count stayed for
                the whole phase (8 of 16 workers of 300 us sleeps and 1 MiB
-               copies at 0.6-0.7 of 16, 1 run in 5; 1 of 2 of 1 ms sleeps
-               at 0.85, 4 in 5: an outside trial). Never past the CPUs with
-               loads that never sleep (each retry's block would show in
-               the memory a run peaks at) */
+               copies at 0.6-0.7 of 16, 1 run in 5: an outside trial).
+               Never past the CPUs with loads that never sleep (each
+               retry's block would show in the memory a run peaks at) */
             l->at.cap_backoff = l->ring.capped ? 0
                                 : l->at.cap_backoff ? (l->at.cap_backoff < PF__AT_RETRY_MAX ? 2 * l->at.cap_backoff
                                                                                              : PF__AT_RETRY_MAX)
