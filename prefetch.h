@@ -2927,14 +2927,19 @@ static void pf__grow(pf_loader *l) {
 
 static void pf__wait_flush(pf_loader *l, uint64_t now); /* >>consumer */
 
+/* A backoff after another failure in a row: first, then twice the last,
+   up to most */
+static uint32_t pf__backoff(uint32_t last, uint32_t first, uint32_t most) {
+    return !last ? first : last >= most / 2 ? most : 2 * last;
+}
+
 /* pf_next loading did not pay: not again until the loads change
    (inline_load, measured on trial), and not before twice as many periods
    as last time have passed (a noisy load looks changed every so often;
    each trial costs a few periods) */
 static void pf__help_failed(pf_loader *l) {
     l->at.inline_failed = true;
-    l->at.inline_backoff = l->at.inline_backoff ? 2 * l->at.inline_backoff : 4;
-    if (l->at.inline_backoff > 256) l->at.inline_backoff = 256;
+    l->at.inline_backoff = pf__backoff(l->at.inline_backoff, 4, 256);
     l->at.inline_wait = l->at.inline_backoff;
     l->at.help = false;
 }
@@ -2993,7 +2998,7 @@ static void pf__autotune(pf_loader *l) {
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
     double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
-    bool saturated, steady;
+    bool saturated, alike;
     uint32_t loaders;
     if (l->at.t0 && db < PF__AT_PERIOD) return;
     /* cheap batches: 32 of them are noise. The period's time is judged by
@@ -3027,8 +3032,8 @@ static void pf__autotune(pf_loader *l) {
        sleeps (4582 against 1690 before it) against the memcpy period,
        undid it, and 1 worker ran the sleeps at 1841 batches/s where 16
        make 13k (an outside trial, 3 runs in 20) */
-    steady = l->at.last_n == l->at.active && !pf__drifted(load_pb, l->at.load_last) && l->at.thr_last < 2 * thr;
-    thr_base = steady && l->at.thr_last > thr ? l->at.thr_last : thr;
+    alike = l->at.last_n == l->at.active && !pf__drifted(load_pb, l->at.load_last) && l->at.thr_last < 2 * thr;
+    thr_base = alike && l->at.thr_last > thr ? l->at.thr_last : thr;
     l->at.thr_last = thr;
     l->at.last_n = l->at.active;
     l->at.load_last = load_pb;
@@ -3126,13 +3131,13 @@ static void pf__autotune(pf_loader *l) {
         if (call_pb > 2 * l->at.inline_load || call_pb >= PF__INLINE_MAX_S) { /* back to the workers alone */
             l->at.help = l->at.park_failed = false;
             pf__set_active(l, l->at.active ? l->at.active : 1, "loads got dearer", waited, thr);
-        } else if (l->at.active && !l->at.park_failed && steady) {
+        } else if (l->at.active && !l->at.park_failed && alike) {
             /* loads this cheap may go faster with no handoff at all: the
                workers park and pf_next loads every batch; kept only if 5%
-               faster (once: until help ends). From a steady period: the
-               first at 1 worker after 16 -> 1 ran at 478k batches/s where
-               1 worker makes 0.94-0.99M, and alone (622-689k) passed on it
-               (an outside trial, 4 runs in 6) */
+               faster (once: until help ends). From a period alike the one
+               before it: the first at 1 worker after 16 -> 1 ran at 478k
+               batches/s where 1 worker makes 0.94-0.99M, and alone
+               (622-689k) passed on it (an outside trial, 4 runs in 6) */
             if (pf__alone_from_one(l, call_pb, waited, thr)) return;
             l->at.thr_before = thr_base;
             l->at.before = l->at.active;
@@ -3209,10 +3214,7 @@ static void pf__autotune(pf_loader *l) {
                copies at 0.6-0.7 of 16, 1 run in 5: an outside trial).
                Never past the CPUs with loads that never sleep (each
                retry's block would show in the memory a run peaks at) */
-            l->at.cap_backoff = l->ring.capped ? 0
-                                : l->at.cap_backoff ? (l->at.cap_backoff < PF__AT_RETRY_MAX ? 2 * l->at.cap_backoff
-                                                                                             : PF__AT_RETRY_MAX)
-                                : PF__AT_RETRY;
+            l->at.cap_backoff = l->ring.capped ? 0 : pf__backoff(l->at.cap_backoff, PF__AT_RETRY, PF__AT_RETRY_MAX);
             l->at.cap_wait = l->at.cap_backoff;
             /* and the slots the trial added go back (pf__shrink) */
             if (l->ring.grow_to > l->ring.nalloc && !l->ring.growing) l->ring.grow_to = l->ring.nalloc;
@@ -3259,14 +3261,14 @@ static void pf__autotune(pf_loader *l) {
         if (want > 2 * loaders) want = 2 * loaders;
         if (want <= loaders) want = loaders + 1;
         if (want > hi) want = hi;
-        /* past the CPUs with loads that never sleep, only from a steady
-           period (at this count after one at it, of the same loads), not
+        /* past the CPUs with loads that never sleep, only from a period
+           alike the one before it (at this count, of the same loads), not
            a trial's first: a trial's first period
            runs while its new workers start, and the next trial passed on
            it. 1 ms CPU loads on 2 cores went 2 -> 3 workers on a 2-worker
            trial's 1299 batches/s (2 workers make 1950) in 2 runs of 22;
            none of 60 since */
-        if (l->ring.capped && want > l->sync.ncpu && !steady) {
+        if (l->ring.capped && want > l->sync.ncpu && !alike) {
             l->at.idle_streak = 0;
             return;
         }
