@@ -402,10 +402,12 @@ static int scen_destroy_copies_in_flight(unsigned long long seed, char *msg, siz
     t_begin(&c, seed);
     /* 400 ms a copy: destroy runs once the retirer's wait for the first
        copy returns, and must reach the free before the second lands; on a
-       loaded 2-core machine 150 ms was sometimes not enough */
-    cudaSimSetTiming(16384 / 0.400);
+       loaded 2-core machine 150 ms was sometimes not enough. A copy moves
+       the bytes the load wrote, not the slot's capacity: the model's rate
+       is set from those (set from a 16 KiB capacity, each copy took 1 ms,
+       and a loaded CI machine let both land before the free) */
+    cudaSimSetTiming((double)t_batch_bytes(1) / 0.400);
     cfg = t_config(&t, 40, 1, 1);
-    cfg.batch_bytes = 16384;
     cfg.device_slots = 2; /* so at most two copies before a release */
     cfg.host_slots = 3;
     pthread_mutex_lock(&copies_mu);
