@@ -1588,9 +1588,14 @@ typedef struct pf__tuner {
     double cap_load;       /* ...while the load per batch stays near this  */
     uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
     uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
+    uint32_t fail_n;       /* the count that trial tried (0: none): the next
+                              goes halfway to it, while the loads stay alike */
     bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
     bool probing;          /* the last change was an increase, on trial    */
     bool probe_more;       /* ...its first period did not pass: one more   */
+    double gain_need;      /* ...the throughput it must gain, as a ratio   */
+    uint64_t probe_n;      /* ...and its batches...                        */
+    double probe_s;        /* ...in this many seconds                      */
     bool shrunk;           /* the last change was a decrease               */
     uint32_t idle_streak;  /* periods in a row that asked for fewer        */
     uint32_t floor;        /* fewer starved it: stay at or above...        */
@@ -2674,12 +2679,14 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
    - The workers keep up with a short step (under PF__ALONE_STEP_S) and
      loads under PF__PARK_TRY_S: the workers park on trial, pf_next alone.
    - Input-bound (waited > 5%): grow towards load time / consumer time per
-     batch (the workers needed to keep pace), at most doubling, and put the
-     increase on trial: if the next period's throughput is not 5% better
-     and the consumer still waited for loads (over 1%), go back and keep
-     that as a ceiling (a CPU-bound load on a saturated
-     machine: more workers stop helping). Not while the process's CPU time
-     says every core is busy.
+     batch (the workers needed to keep pace), at most doubling, no
+     further than the CPUs can feed, and put the increase on trial: unless
+     it gains a quarter of its rise in loaders (at least 5%: gain_need) on
+     its first two periods together (twice that on the first alone) while
+     the consumer still waited for loads (over 1%), go back and keep that
+     as a ceiling (a CPU-bound load on a saturated machine: more workers
+     stop helping); a retry goes halfway to the count that failed. Not
+     while the process's CPU time says every core is busy.
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
      park down to what their busy share needs, one more, at most half of
@@ -2696,6 +2703,7 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
 #define PF__AT_MIN_NS 20000000u /* and at least 20 ms */
 #define PF__AT_RETRY 8u         /* a failed trial's count holds 8 periods (160 ms or more)... */
 #define PF__AT_RETRY_MAX 256u   /* ...up to 256 (5 s or more) after failures in a row */
+#define PF__AT_CLEAR 1.25       /* a trial's first period this much faster: kept at once */
 /* The dearest load pf_next may take on: a batch that gets ready while
    pf_next loads another waits for it, so this bounds that delay; a
    handoff between threads costs 0.3-40 us (a spin, or a sleep and a wake
@@ -3047,8 +3055,8 @@ static void pf__autotune(pf_loader *l) {
     busy = cpu0 && l->at.cpu0 ? pf__sec(l->at.cpu0 - cpu0) / dt : 0;
     saturated = busy >= 0.9 * (double)l->sync.ncpu || busy >= (double)l->sync.ncpu - 0.5; /* no half a core free */
     /* the load changed: two periods in a row, not one noisy one */
-    l->at.cap_streak = l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
-    if (l->at.cap_streak >= 2) l->at.cap = limit, l->at.cap_backoff = 0;
+    l->at.cap_streak = (l->at.cap < limit || l->at.fail_n) && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
+    if (l->at.cap_streak >= 2) l->at.cap = limit, l->at.cap_backoff = 0, l->at.fail_n = 0;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     /* a period in which the consumer hardly waited (a pause in the loop,
@@ -3196,15 +3204,33 @@ static void pf__autotune(pf_loader *l) {
            one that does not pass is judged again on the next (an outside
            trial's 0.5 ms sleep + 0.5 ms CPU loads: 4 -> 8 undone on 52
            batches, 2598 against 2595 batches/s, and never tried again:
-           0.85-0.88x of 8 fixed workers) */
-        bool failed = thr < l->at.thr_before * 1.05 && waited > 0.01;
-        if (failed && !l->at.probe_more) {
-            l->at.probe_more = true;
-            return;
+           0.85-0.88x of 8 fixed workers). Only a clear gain
+           (PF__AT_CLEAR) passes on the first period; the second judges
+           both periods' batches over both periods' time, not the second
+           alone: a period's figure swings by a fifth on a shared machine,
+           and a trial kept on whichever period read 5% high took 50 us
+           sleeps into 64 KiB slots to 43-56 workers and 93-129 slots,
+           where 32 workers (65 slots) run fastest and 48 are 10% slower
+           (an outside trial, ceiling 64). The gain asked grows with the
+           step (gain_need): a quarter of the loaders' rise, at least 5% */
+        bool failed;
+        if (!l->at.probe_more) {
+            double clear = 1 + 2 * (l->at.gain_need - 1);
+            failed = thr < l->at.thr_before * (clear > PF__AT_CLEAR ? clear : PF__AT_CLEAR) && waited > 0.01;
+            if (failed) {
+                l->at.probe_more = true;
+                l->at.probe_n = db;
+                l->at.probe_s = dt;
+                return;
+            }
+        } else {
+            double both = (double)(db + l->at.probe_n) / (dt + l->at.probe_s);
+            failed = both < l->at.thr_before * l->at.gain_need && waited > 0.01;
         }
         l->at.probing = false;
         if (failed) {
             l->at.cap = l->at.before;
+            l->at.fail_n = l->at.active;
             l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
             /* with loads that sleep, tried again after PF__AT_RETRY
                periods, twice as many after each failure in a row: a trial
@@ -3224,6 +3250,7 @@ static void pf__autotune(pf_loader *l) {
             return;
         }
         pf__ring_for(l, pf__ring_slots(l->at.active, &l->cfg), false); /* kept: the full ring */
+        if (l->at.active >= l->at.fail_n) l->at.fail_n = 0; /* a failure there is disproved */
         l->at.cap_backoff = 0;
     }
     /* pf_next loading beside the workers (pf__may_help: dear loads when
@@ -3261,6 +3288,26 @@ static void pf__autotune(pf_loader *l) {
         if (want > 2 * loaders) want = 2 * loaders;
         if (want <= loaders) want = loaders + 1;
         if (want > hi) want = hi;
+        /* below a count whose trial failed (the loads the same since),
+           halfway to it: a retry of the same jump lands past the best
+           count again. 50 us sleeps into 64 KiB slots went 22 -> 46 (22
+           and 48 fixed workers run alike, 32 fastest), failed, and the
+           retries tried 46 until one passed on noise (an outside trial,
+           ceiling 64) */
+        if (l->at.fail_n && want >= l->at.fail_n) {
+            want = (l->at.active + l->at.fail_n) / 2;
+            if (want <= l->at.active) want = l->at.active + 1;
+        }
+        /* no further than the CPUs can feed: the period's batches took
+           `busy` cores, so all of them make at most ncpu / busy times as
+           many, and as many times the loaders make them. The same loads
+           went 22 -> 46 on the loads' time over the step (1 in 3 such
+           jumps passed on noise: 46 was 7% faster than 22 that run), where
+           the CPUs ran out at about 30 */
+        if (busy > 0) {
+            double room = (double)loaders * (double)l->sync.ncpu / busy;
+            if ((double)want > room + 1) want = room + 1 > (double)(loaders + 1) ? (uint32_t)room + 1 : loaders + 1;
+        }
         /* past the CPUs with loads that never sleep, only from a period
            alike the one before it (at this count, of the same loads), not
            a trial's first: a trial's first period
@@ -3280,6 +3327,12 @@ static void pf__autotune(pf_loader *l) {
         l->at.thr_before = thr_base;
         l->at.load_before = load_pb;
         l->at.before = l->at.active;
+        /* a big step must show a big gain: 22 -> 42 workers that made
+           10% more batches (40 sleeping 50 us into 64 KiB slots take
+           the same two cores as 22) is memory for nothing, and on a
+           shared machine one such trial in three passed on noise */
+        l->at.gain_need = 1 + ((double)want / (double)loaders - 1) / 4;
+        if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
         l->at.probing = true;
         l->at.probe_more = false;
         pf__set_active(l, want, "input-bound", waited, thr);
