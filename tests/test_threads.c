@@ -980,6 +980,7 @@ typedef struct judged {
     bool probe_more;          /* in: the trial's first period did not pass; out: judged again next */
     unsigned ms;              /* the period's length (0: 40 ms) */
     double load;              /* its load per batch (0: 1 ms) */
+    double busy;              /* the cores the process kept busy in it (0: not known) */
     double thr_before;        /* out: what an increase is judged against */
     uint32_t cap;             /* in: the count a failed trial holds (0: none); out: after */
 } judged;
@@ -1010,7 +1011,7 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->at.inline_wait = 0;
     l->at.cap = p->cap ? p->cap : l->cfg.num_workers;
     l->at.floor = 1;
-    l->at.cpu0 = 0; /* no verdict on the process's CPU time */
+    l->at.cpu0 = 0; /* no verdict on the process's CPU time... */
     now = pf__now_ns();
     l->st.batches += 40;
     l->st.wait_input_ns += 32000000u;
@@ -1025,6 +1026,8 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->st.next_loads += p->next_loads;
     l->at.t0 = now - (p->ms ? p->ms : 40u) * (uint64_t)1000000;
     l->st.last_ns = now;
+    if (p->busy > 0) /* ...unless given: as much CPU time as that, by the next read */
+        l->at.cpu0 = pf__cpu_ns() - (uint64_t)(p->busy * (p->ms ? p->ms : 40u) * 1e6);
     pf__autotune(l);
     active = l->at.active;
     p->thr_before = l->at.thr_before;
@@ -1207,6 +1210,14 @@ static void test_autotune_big_step_needs_a_big_gain(void) {
     p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 660};
     CHECK(judged_period(l, &p) >= 4u);
     CHECK(!p.probe_more);
+    pf_destroy(l);
+    /* no further than the CPUs can feed: 4 workers of 2 ms loads kept
+       1.4 of the 2 cores busy, so 5.7 would keep both: 6, not the 8 the
+       loads ask (10 workers, at most doubling) */
+    l = judged_loader(8, true);
+    CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3), 8u);
+    CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3, .busy = 1.4), 6u);
+    CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3, .busy = 0.5), 8u); /* room for 16 */
     /* the step the trial starts with asks it: 2 -> 4 needs 25% */
     p = (judged){.workers = 2, .last_n = 2};
     CHECK_EQ(judged_period(l, &p), 4u);
