@@ -1588,12 +1588,15 @@ typedef struct pf__tuner {
     double cap_load;       /* ...while the load per batch stays near this  */
     uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
     uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
-    uint32_t fail_n;       /* the count that trial tried (0: none): the next
-                              goes halfway to it, while the loads stay alike */
+    bool small_steps;      /* the last trial failed or gained under half its
+                              rise: trials step by a quarter, not doubling... */
+    double steps_load;     /* ...while the load per batch stays near this  */
+    uint32_t steps_streak; /* periods in a row whose load drifted from it  */
     bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
     bool probing;          /* the last change was an increase, on trial    */
     bool probe_more;       /* ...its first period did not pass: one more   */
     double gain_need;      /* ...the throughput it must gain, as a ratio   */
+    double trial_rise;     /* ...its rise in loaders, as a ratio less one  */
     uint64_t probe_n;      /* ...and its batches...                        */
     double probe_s;        /* ...in this many seconds                      */
     bool shrunk;           /* the last change was a decrease               */
@@ -2685,8 +2688,9 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
      its first two periods together (twice that on the first alone) while
      the consumer still waited for loads (over 1%), go back and keep that
      as a ceiling (a CPU-bound load on a saturated machine: more workers
-     stop helping); a retry goes halfway to the count that failed. Not
-     while the process's CPU time says every core is busy.
+     stop helping); after a failure, or a gain under half the rise, trials
+     step by a quarter (small_steps) until the load changes. Not while the
+     process's CPU time says every core is busy.
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
      park down to what their busy share needs, one more, at most half of
@@ -3055,8 +3059,10 @@ static void pf__autotune(pf_loader *l) {
     busy = cpu0 && l->at.cpu0 ? pf__sec(l->at.cpu0 - cpu0) / dt : 0;
     saturated = busy >= 0.9 * (double)l->sync.ncpu || busy >= (double)l->sync.ncpu - 0.5; /* no half a core free */
     /* the load changed: two periods in a row, not one noisy one */
-    l->at.cap_streak = (l->at.cap < limit || l->at.fail_n) && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
-    if (l->at.cap_streak >= 2) l->at.cap = limit, l->at.cap_backoff = 0, l->at.fail_n = 0;
+    l->at.cap_streak = l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
+    if (l->at.cap_streak >= 2) l->at.cap = limit, l->at.cap_backoff = 0;
+    l->at.steps_streak = l->at.small_steps && pf__drifted(load_pb, l->at.steps_load) ? l->at.steps_streak + 1 : 0;
+    if (l->at.steps_streak >= 2) l->at.small_steps = false;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     /* a period in which the consumer hardly waited (a pause in the loop,
@@ -3214,6 +3220,7 @@ static void pf__autotune(pf_loader *l) {
            (an outside trial, ceiling 64). The gain asked grows with the
            step (gain_need): a quarter of the loaders' rise, at least 5% */
         bool failed;
+        double gain = thr;
         if (!l->at.probe_more) {
             double clear = 1 + 2 * (l->at.gain_need - 1);
             failed = thr < l->at.thr_before * (clear > PF__AT_CLEAR ? clear : PF__AT_CLEAR) && waited > 0.01;
@@ -3224,13 +3231,24 @@ static void pf__autotune(pf_loader *l) {
                 return;
             }
         } else {
-            double both = (double)(db + l->at.probe_n) / (dt + l->at.probe_s);
-            failed = both < l->at.thr_before * l->at.gain_need && waited > 0.01;
+            gain = (double)(db + l->at.probe_n) / (dt + l->at.probe_s);
+            failed = gain < l->at.thr_before * l->at.gain_need && waited > 0.01;
         }
+        gain = l->at.thr_before > 0 ? gain / l->at.thr_before - 1 : 1;
+        /* a failure, or a gain under half the rise (the loads stop
+           scaling): the next trials step by a quarter, not doubling, so a
+           trial lands at most a quarter past the best count (its ring is
+           memory too: 50 us sleeps into 64 KiB slots, best at 32, tried
+           22 -> 46 and peaked at 93-111 slots, 1.4-1.7x of 32's 65). Not
+           by one: at 28 workers one more is 3.6%, under what a trial must
+           gain, and 1 ms sleeps that 64 workers run twice as fast stayed
+           at 28-56 for good (an outside trial, 5 runs in 27) */
+        l->at.small_steps = failed || (waited > 0.01 && gain < 0.5 * l->at.trial_rise);
+        l->at.steps_load = l->at.load_before;
+        l->at.steps_streak = 0;
         l->at.probing = false;
         if (failed) {
             l->at.cap = l->at.before;
-            l->at.fail_n = l->at.active;
             l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
             /* with loads that sleep, tried again after PF__AT_RETRY
                periods, twice as many after each failure in a row: a trial
@@ -3250,7 +3268,6 @@ static void pf__autotune(pf_loader *l) {
             return;
         }
         pf__ring_for(l, pf__ring_slots(l->at.active, &l->cfg), false); /* kept: the full ring */
-        if (l->at.active >= l->at.fail_n) l->at.fail_n = 0; /* a failure there is disproved */
         l->at.cap_backoff = 0;
     }
     /* pf_next loading beside the workers (pf__may_help: dear loads when
@@ -3288,16 +3305,9 @@ static void pf__autotune(pf_loader *l) {
         if (want > 2 * loaders) want = 2 * loaders;
         if (want <= loaders) want = loaders + 1;
         if (want > hi) want = hi;
-        /* below a count whose trial failed (the loads the same since),
-           halfway to it: a retry of the same jump lands past the best
-           count again. 50 us sleeps into 64 KiB slots went 22 -> 46 (22
-           and 48 fixed workers run alike, 32 fastest), failed, and the
-           retries tried 46 until one passed on noise (an outside trial,
-           ceiling 64) */
-        if (l->at.fail_n && want >= l->at.fail_n) {
-            want = (l->at.active + l->at.fail_n) / 2;
-            if (want <= l->at.active) want = l->at.active + 1;
-        }
+        /* by a quarter after a failure or a small gain (small_steps),
+           at least one */
+        if (l->at.small_steps && want > loaders + (loaders + 3) / 4) want = loaders + (loaders + 3) / 4;
         /* no further than the CPUs can feed: the period's batches took
            `busy` cores, so all of them make at most ncpu / busy times as
            many, and as many times the loaders make them. The same loads
@@ -3331,7 +3341,8 @@ static void pf__autotune(pf_loader *l) {
            10% more batches (40 sleeping 50 us into 64 KiB slots take
            the same two cores as 22) is memory for nothing, and on a
            shared machine one such trial in three passed on noise */
-        l->at.gain_need = 1 + ((double)want / (double)loaders - 1) / 4;
+        l->at.trial_rise = (double)want / (double)loaders - 1;
+        l->at.gain_need = 1 + l->at.trial_rise / 4;
         if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
         l->at.probing = true;
         l->at.probe_more = false;

@@ -1004,7 +1004,8 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
         l->at.probe_more = p->probe_more;
         l->at.before = p->trial_from;
         l->at.thr_before = p->trial_thr;
-        l->at.gain_need = 1 + ((double)p->workers / p->trial_from - 1) / 4; /* as the trial's start sets it */
+        l->at.trial_rise = (double)p->workers / p->trial_from - 1; /* as the trial's start sets them */
+        l->at.gain_need = 1 + l->at.trial_rise / 4;
         if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
         l->at.load_before = 1e-3; /* the same loads */
     }
@@ -1136,8 +1137,8 @@ static void test_autotune_retries_a_failed_trial(void) {
             p = (judged){.workers = 2, .last_n = 2, .cap = p.cap};
             CHECK_EQ(judged_period(l, &p), 2u);
         }
-        /* halfway to the count that failed: the same jump would land
-           there again */
+        /* by a quarter, not doubling: the same jump would land past the
+           best count again */
         p = (judged){.workers = 2, .last_n = 2, .cap = p.cap};
         CHECKF(judged_period(l, &p) == 3u, "round %u: no trial of 3 after %u periods", round, k);
     }
@@ -1210,6 +1211,24 @@ static void test_autotune_big_step_needs_a_big_gain(void) {
     p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 660};
     CHECK(judged_period(l, &p) >= 4u);
     CHECK(!p.probe_more);
+    /* a kept trial that gained under half its rise (2 -> 4 for 30%):
+       the next steps by a quarter; one that scaled (2 -> 4 for 80%):
+       doubling again. From 28 workers a quarter is 7, not 1 (one more
+       worker is 3.6%, under what a trial must gain: an outside trial's
+       1 ms sleeps stayed at 28 of 64 trying 29 for good) */
+    p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 769};
+    CHECK_EQ(judged_period(l, &p), 4u);
+    p.last_n = 4;
+    CHECK(judged_period(l, &p) >= 4u); /* kept on the second period, at 30% */
+    CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3), 5u); /* 2 ms loads ask 8 */
+    p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 555};
+    CHECK(judged_period(l, &p) >= 4u); /* 80%: kept at once */
+    CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3), 8u);
+    pf_destroy(l);
+    l = judged_loader(64, true);
+    p = (judged){.workers = 56, .last_n = 28, .trial_from = 28, .trial_thr = 980, .probe_more = true};
+    CHECK_EQ(judged_period(l, &p), 28u); /* failed */
+    CHECK_EQ(JUDGED(.workers = 28, .last_n = 28, .load = 40e-3, .load_last = 40e-3), 35u);
     pf_destroy(l);
     /* no further than the CPUs can feed: 4 workers of 2 ms loads kept
        1.4 of the 2 cores busy, so 5.7 would keep both: 6, not the 8 the
