@@ -1592,6 +1592,9 @@ typedef struct pf__tuner {
                               rise: trials step by a quarter, not doubling... */
     double steps_load;     /* ...while the load per batch stays near this  */
     uint32_t steps_streak; /* periods in a row whose load drifted from it  */
+    uint32_t swap;         /* PF__SWAP_*: a worker per CPU for pf_next's share */
+    double swap_load;      /* ...decided at this load per batch...          */
+    uint32_t swap_streak;  /* ...periods in a row the load drifted from it  */
     bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
     bool probing;          /* the last change was an increase, on trial    */
     bool probe_more;       /* ...its first period did not pass: one more   */
@@ -2720,6 +2723,12 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
 #define PF__INLINE_UNTIMED_NS 2000u /* ...when they take less than this */
 #define PF__ALONE_STEP_S 32e-6 /* a consumer's step under this: a handoff's cost may show */
 
+/* CPU loads with pf_next loading a share beside a worker a CPU but one:
+   a worker per CPU instead is tried once (until the load changes) */
+#define PF__SWAP_TRIAL 1u
+#define PF__SWAP_KEPT 2u
+#define PF__SWAP_FAILED 3u
+
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
 /* A failed trial's slots go back: memory follows what runs down as well
@@ -3063,6 +3072,9 @@ static void pf__autotune(pf_loader *l) {
     if (l->at.cap_streak >= 2) l->at.cap = limit, l->at.cap_backoff = 0;
     l->at.steps_streak = l->at.small_steps && pf__drifted(load_pb, l->at.steps_load) ? l->at.steps_streak + 1 : 0;
     if (l->at.steps_streak >= 2) l->at.small_steps = false;
+    l->at.swap_streak = l->at.swap && l->at.swap != PF__SWAP_TRIAL && pf__drifted(load_pb, l->at.swap_load)
+                            ? l->at.swap_streak + 1 : 0;
+    if (l->at.swap_streak >= 2) l->at.swap = 0;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     /* a period in which the consumer hardly waited (a pause in the loop,
@@ -3246,6 +3258,7 @@ static void pf__autotune(pf_loader *l) {
         l->at.small_steps = failed || (waited > 0.01 && gain < 0.5 * l->at.trial_rise);
         l->at.steps_load = l->at.load_before;
         l->at.steps_streak = 0;
+        if (l->at.swap == PF__SWAP_TRIAL) l->at.swap = failed ? PF__SWAP_FAILED : PF__SWAP_KEPT;
         l->at.probing = false;
         if (failed) {
             l->at.cap = l->at.before;
@@ -3291,11 +3304,36 @@ static void pf__autotune(pf_loader *l) {
            pf_next, 4 loads at once; 120 us ones kept 2 workers beside a
            pf_next loading 27% of the batches, its caller's CPU time in
            the busy rule's hysteresis (outside trials) */
-        if (loaders > l->at.active && n > m) n = m;
+        bool swap = l->at.swap == PF__SWAP_TRIAL || l->at.swap == PF__SWAP_KEPT;
+        if (loaders > l->at.active && n > m) n = swap ? l->sync.ncpu : m;
         if (n < hi) hi = n; /* at least 1: pf__cap_n never says 0 */
         if (l->at.active > hi) {
             l->at.probing = false;
             pf__set_active(l, hi, "loads never sleep: no more workers than CPUs", waited, thr);
+            return;
+        }
+        /* ...but where pf_next loads only while it waits for the next
+           batch (a share, not a loader's whole time), a worker per CPU
+           may do better, and only a trial tells: 1 ms CPU loads with a
+           100 us step ran 1 worker + pf_next at 1440 batches/s (pf_next
+           loading a third, the process at 1.5 of 2 cores) where 2
+           workers make 1960, in 1 bench run of 2; never tried, as hi
+           was 1 and every core counted busy. Kept if 5% faster, else
+           not tried again until the load changes */
+        if (loaders > l->at.active && !l->at.swap && !l->at.probing && l->at.active == m && m < l->sync.ncpu &&
+            l->sync.ncpu <= limit && waited > 0.5 && alike) {
+            l->at.swap = PF__SWAP_TRIAL;
+            l->at.swap_load = load_pb;
+            l->at.shrunk = false;
+            l->at.thr_before = thr_base;
+            l->at.load_before = load_pb;
+            l->at.before = l->at.active;
+            l->at.trial_rise = 0; /* as many loaders, one a worker */
+            l->at.gain_need = 1.05;
+            l->at.probing = true;
+            l->at.probe_more = false;
+            pf__set_active(l, l->sync.ncpu, "pf_next loads a share of CPU loads while it waits: a worker per CPU instead",
+                           waited, thr);
             return;
         }
     }

@@ -1190,6 +1190,39 @@ static void test_autotune_trial_judged_on_two_periods(void) {
     pf_destroy(l);
 }
 
+/* CPU loads with pf_next loading a share while it waits, beside a worker
+   a CPU but one: a worker per CPU instead is tried, kept if 5% faster
+   (then pf_next's share no longer takes a CPU from the count), else not
+   tried again until the load changes. 1 ms CPU loads with a 100 us step
+   ran 1 worker + pf_next at 0.74 of 2 workers in 1 bench run of 2, hi
+   being 1 and the process's 1.5 of 2 cores counted busy. */
+static void test_autotune_a_worker_per_cpu_for_pf_next_share(void) {
+    for (int pass = 0; pass < 2; pass++) {
+        pf_loader *l = judged_loader(8, true);
+        judged p;
+        /* 1 worker, pf_next loaded 20 of 40, the consumer waited 80% */
+        CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20), 2u);
+        p = (judged){.workers = 2, .last_n = 1, .cpu = true, .next_loads = 20, .trial_from = 1,
+                     .trial_thr = pass ? 500 : 5000, .probe_more = !pass};
+        if (pass) {
+            CHECK_EQ(judged_period(l, &p), 2u); /* twice as fast: kept */
+            /* and held, pf_next still loading a share */
+            CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .next_loads = 20), 2u);
+            CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .next_loads = 20), 2u);
+        } else {
+            CHECK_EQ(judged_period(l, &p), 1u); /* slower: undone... */
+            CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20), 1u); /* ...for good */
+            CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20), 1u);
+        }
+        pf_destroy(l);
+        /* the consumer waited 32 of 100 ms: pf_next is a loader, not a
+           fill-in while it waits; no trial */
+        l = judged_loader(8, true);
+        CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20, .ms = 100), 1u);
+        pf_destroy(l);
+    }
+}
+
 /* A big step must show a big gain: a quarter of the loaders' rise (at
    least 5%), and twice that to pass on its first period. 50 us sleeps into
    64 KiB slots went 22 -> 42 workers for 10% more batches, and one such
@@ -3124,6 +3157,7 @@ static const h_test tests[] = {
     {"autotune_past_the_cpus_from_a_steady_period", test_autotune_past_the_cpus_from_a_steady_period},
     {"autotune_counts_pf_next_as_a_loader", test_autotune_counts_pf_next_as_a_loader},
     {"cpu_cap_count", test_cpu_cap_count},
+    {"autotune_a_worker_per_cpu_for_pf_next_share", test_autotune_a_worker_per_cpu_for_pf_next_share},
     {"autotune_big_step_needs_a_big_gain", test_autotune_big_step_needs_a_big_gain},
     {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
     {"autotune_baseline_of_the_same_loads", test_autotune_baseline_of_the_same_loads},
