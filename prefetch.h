@@ -2729,6 +2729,24 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
 #define PF__SWAP_KEPT 2u
 #define PF__SWAP_FAILED 3u
 
+/* An increase goes on trial (judged in pf__autotune's probing branch),
+   from the period's throughput and load per batch, its rise in loaders
+   a ratio less one. A big step must show a big gain: 22 -> 42 workers
+   that made 10% more batches (40 sleeping 50 us into 64 KiB slots take
+   the same two cores as 22) is memory for nothing, and on a shared
+   machine one such trial in three passed on noise. Lock held. */
+static void pf__trial_start(pf_loader *l, double thr_base, double load_pb, double rise) {
+    l->at.shrunk = false;
+    l->at.thr_before = thr_base;
+    l->at.load_before = load_pb;
+    l->at.before = l->at.active;
+    l->at.trial_rise = rise;
+    l->at.gain_need = 1 + rise / 4;
+    if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
+    l->at.probing = true;
+    l->at.probe_more = false;
+}
+
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
 /* A failed trial's slots go back: memory follows what runs down as well
@@ -3324,14 +3342,7 @@ static void pf__autotune(pf_loader *l) {
             l->sync.ncpu <= limit && waited > 0.5 && alike) {
             l->at.swap = PF__SWAP_TRIAL;
             l->at.swap_load = load_pb;
-            l->at.shrunk = false;
-            l->at.thr_before = thr_base;
-            l->at.load_before = load_pb;
-            l->at.before = l->at.active;
-            l->at.trial_rise = 0; /* as many loaders, one a worker */
-            l->at.gain_need = 1.05;
-            l->at.probing = true;
-            l->at.probe_more = false;
+            pf__trial_start(l, thr_base, load_pb, 0); /* as many loaders, one a worker */
             pf__set_active(l, l->sync.ncpu, "pf_next loads a share of CPU loads while it waits: a worker per CPU instead",
                            waited, thr);
             return;
@@ -3371,19 +3382,7 @@ static void pf__autotune(pf_loader *l) {
             l->at.floor = want;
             l->at.floor_step = step_pb;
         }
-        l->at.shrunk = false;
-        l->at.thr_before = thr_base;
-        l->at.load_before = load_pb;
-        l->at.before = l->at.active;
-        /* a big step must show a big gain: 22 -> 42 workers that made
-           10% more batches (40 sleeping 50 us into 64 KiB slots take
-           the same two cores as 22) is memory for nothing, and on a
-           shared machine one such trial in three passed on noise */
-        l->at.trial_rise = (double)want / (double)loaders - 1;
-        l->at.gain_need = 1 + l->at.trial_rise / 4;
-        if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
-        l->at.probing = true;
-        l->at.probe_more = false;
+        pf__trial_start(l, thr_base, load_pb, (double)want / (double)loaders - 1);
         pf__set_active(l, want, "input-bound", waited, thr);
     } else if (waited < 0.01 && idle > 0.5 && l->at.active > 1 && l->at.active > l->at.floor) {
         /* down to what the busy share needs, one more for slack, at most
