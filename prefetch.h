@@ -3277,6 +3277,11 @@ static void pf__autotune(pf_loader *l) {
         l->at.steps_load = l->at.load_before;
         l->at.steps_streak = 0;
         if (l->at.swap == PF__SWAP_TRIAL) l->at.swap = failed ? PF__SWAP_FAILED : PF__SWAP_KEPT;
+        /* judged on its second period: the one before was the trial's
+           first, no baseline for what follows in this one (a worker past
+           the CPUs was tried on it, 59 ms after a worker per CPU was
+           kept, and kept on a contended period: an outside trial) */
+        if (l->at.probe_more) alike = false, thr_base = thr;
         l->at.probing = false;
         if (failed) {
             l->at.cap = l->at.before;

@@ -1054,6 +1054,10 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
        better of the two (about 1,000 batches/s here, 1,500 before) */
     CHECK_EQ(judged_period(l, &p), 3u);
     CHECKF(p.thr_before == 1500, "judged against %.0f batches/s", p.thr_before);
+    /* a trial kept on its second period: the first is no period at
+       the count, and no worker past the CPUs is tried on it */
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .trial_from = 1, .trial_thr = 500, .probe_more = true), 2u);
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true), 3u); /* the next one is */
     /* the period before was slower: this one's */
     p.thr_last = 10;
     CHECK_EQ(judged_period(l, &p), 3u);
