@@ -2749,6 +2749,14 @@ static void pf__trial_start(pf_loader *l, double thr_base, double load_pb, doubl
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
+/* A verdict held while the load stays what it was decided at (then):
+   true once the period's load per batch (now) drifted from it two periods
+   in a row, not one noisy one; *streak counts them (0 while not held). */
+static bool pf__load_moved(uint32_t *streak, bool held, double now, double then) {
+    *streak = held && pf__drifted(now, then) ? *streak + 1 : 0;
+    return *streak >= 2;
+}
+
 /* A failed trial's slots go back: memory follows what runs down as well
    as up. The newest grown block, when it lies wholly above shrink_to, is
    retired: its free slots leave the free stack, and each slot of it that
@@ -3085,14 +3093,12 @@ static void pf__autotune(pf_loader *l) {
        workers cannot make loads faster, only take turns on the cores */
     busy = cpu0 && l->at.cpu0 ? pf__sec(l->at.cpu0 - cpu0) / dt : 0;
     saturated = busy >= 0.9 * (double)l->sync.ncpu || busy >= (double)l->sync.ncpu - 0.5; /* no half a core free */
-    /* the load changed: two periods in a row, not one noisy one */
-    l->at.cap_streak = l->at.cap < limit && pf__drifted(load_pb, l->at.cap_load) ? l->at.cap_streak + 1 : 0;
-    if (l->at.cap_streak >= 2) l->at.cap = limit, l->at.cap_backoff = 0;
-    l->at.steps_streak = l->at.small_steps && pf__drifted(load_pb, l->at.steps_load) ? l->at.steps_streak + 1 : 0;
-    if (l->at.steps_streak >= 2) l->at.small_steps = false;
-    l->at.swap_streak = l->at.swap && l->at.swap != PF__SWAP_TRIAL && pf__drifted(load_pb, l->at.swap_load)
-                            ? l->at.swap_streak + 1 : 0;
-    if (l->at.swap_streak >= 2) l->at.swap = 0;
+    /* the load changed (pf__load_moved): the verdicts taken on it go */
+    if (pf__load_moved(&l->at.cap_streak, l->at.cap < limit, load_pb, l->at.cap_load))
+        l->at.cap = limit, l->at.cap_backoff = 0;
+    if (pf__load_moved(&l->at.steps_streak, l->at.small_steps, load_pb, l->at.steps_load)) l->at.small_steps = false;
+    if (pf__load_moved(&l->at.swap_streak, l->at.swap && l->at.swap != PF__SWAP_TRIAL, load_pb, l->at.swap_load))
+        l->at.swap = 0;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     /* a period in which the consumer hardly waited (a pause in the loop,

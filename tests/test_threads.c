@@ -998,16 +998,13 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->at.thr_last = p->thr_last;
     l->at.load_last = p->load_last > 0 ? p->load_last : 1e-3;
     l->at.probing = l->at.help = l->at.help_trial = l->at.park_trial = l->at.shrunk = false;
-    if (p->trial_from) {
-        l->at.probing = true;
-        if (p->probe_more && !l->at.probe_more) l->at.probe_n = 0, l->at.probe_s = 0; /* a first period not seen */
+    if (p->trial_from) { /* started as autotune starts one, from trial_from */
+        bool seen = l->at.probe_more; /* its first period judged by the last call */
+        l->at.active = p->trial_from;
+        pf__trial_start(l, p->trial_thr, 1e-3 /* the same loads */, (double)p->workers / p->trial_from - 1);
+        l->at.active = p->workers;
+        if (p->probe_more && !seen) l->at.probe_n = 0, l->at.probe_s = 0; /* a first period not seen */
         l->at.probe_more = p->probe_more;
-        l->at.before = p->trial_from;
-        l->at.thr_before = p->trial_thr;
-        l->at.trial_rise = (double)p->workers / p->trial_from - 1; /* as the trial's start sets them */
-        l->at.gain_need = 1 + l->at.trial_rise / 4;
-        if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
-        l->at.load_before = 1e-3; /* the same loads */
     }
     l->at.inline_wait = 0;
     l->at.cap = p->cap ? p->cap : l->cfg.num_workers;
