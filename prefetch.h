@@ -1214,6 +1214,49 @@ static uint64_t pf__perm_apply(const pf__perm *p, uint64_t i) {
     return i;
 }
 
+/* pf__perm_apply on each of v[0..cnt), in place, the same values. One
+   value is a chain of dependent multiplies, 2.6 Feistel passes on average
+   where n is 1.6M (a 4M domain); PF__PERM_LANES values walk side by side,
+   each lane taking the next value as soon as its own lands below n, so
+   the chains overlap and no lane idles while there is work. 1-sample
+   batches' runs of 32 and larger batches: 74 -> 45 ns a value on the
+   2-core VM (2026-11-25). */
+#define PF__PERM_LANES 4
+static void pf__perm_apply_many(const pf__perm *p, uint64_t *v, uint32_t cnt) {
+    uint64_t x[PF__PERM_LANES];
+    uint32_t at[PF__PERM_LANES], next = 0, live = 0, j;
+    int i;
+    if (cnt < PF__PERM_LANES) { /* too few to overlap */
+        for (j = 0; j < cnt; j++) v[j] = pf__perm_apply(p, v[j]);
+        return;
+    }
+    for (j = 0; j < PF__PERM_LANES; j++, live++) x[j] = v[at[j] = next++];
+    while (live) {
+        uint64_t l[PF__PERM_LANES], r[PF__PERM_LANES];
+        for (j = 0; j < PF__PERM_LANES; j++) {
+            l[j] = x[j] >> p->half;
+            r[j] = x[j] & p->mask;
+        }
+        for (i = 0; i < PF__FEISTEL_ROUNDS; i++) /* lanes innermost: their chains interleave */
+            for (j = 0; j < PF__PERM_LANES; j++) {
+                uint64_t t = l[j] ^ (pf__mix(r[j] ^ p->key[i]) & p->mask);
+                l[j] = r[j];
+                r[j] = t;
+            }
+        for (j = 0; j < PF__PERM_LANES; j++) {
+            uint64_t y = (l[j] << p->half) | r[j];
+            if (at[j] == cnt) continue; /* idle: the values ran out */
+            if (y >= p->n) { /* walks on */
+                x[j] = y;
+                continue;
+            }
+            v[at[j]] = y;
+            if (next < cnt) x[j] = v[at[j] = next++];
+            else at[j] = cnt, live--;
+        }
+    }
+}
+
 /* An epoch's plan: fixed when its planning starts (num_samples_fn is asked
    then, once). Sharding follows DistributedSampler: rank r takes positions
    r, r+w, r+2w, ... of the epoch's order; without drop_last the order is
@@ -1275,13 +1318,30 @@ static uint64_t pf__block_order(const pf__plan *p, const pf_config *c, uint64_t 
     return pf__perm_apply(&p->perm, first_block + o / b) * b + o % b;
 }
 
-/* Sample index of this rank's j-th sample in the plan's epoch. */
-static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j) {
+/* Position in the epoch's order of this rank's j-th sample. */
+static uint64_t pf__plan_pos(const pf__plan *p, const pf_config *c, uint64_t j) {
     uint64_t pos = p->start + (j - p->first) * c->world_size + c->rank;
     if (pos >= p->n) pos %= p->n; /* wrap = padding (a division only there: it costs as much as a 4 KiB copy's
                                      first line) */
+    return pos;
+}
+
+/* Sample index of this rank's j-th sample in the plan's epoch. */
+static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j) {
+    uint64_t pos = pf__plan_pos(p, c, j);
     if (!c->shuffle) return pos;
     return c->shuffle_block > 1 ? pf__block_order(p, c, pos) : pf__perm_apply(&p->perm, pos);
+}
+
+/* The sample shuffle's indices of the rank's samples first..first+cnt-1
+   (pf__perm_apply_many), the same as pf__plan_index's: false where the
+   order is not a sample shuffle (none, or blocks). */
+static bool pf__plan_indices(const pf__plan *p, const pf_config *c, uint64_t first, uint32_t cnt, uint64_t *out) {
+    uint32_t i;
+    if (!c->shuffle || c->shuffle_block > 1) return false;
+    for (i = 0; i < cnt; i++) out[i] = pf__plan_pos(p, c, first + i);
+    pf__perm_apply_many(&p->perm, out, cnt);
+    return true;
 }
 
 static uint64_t pf__job_rng(const pf__plan *p, uint64_t batch) { return pf__mix(p->rng_key ^ batch); }
@@ -3558,14 +3618,19 @@ static void pf__cpu_cap(pf_loader *l, bool slept) {
     }
 }
 
+/* Claimed slot s's sample count (lock not held) */
+static uint32_t pf__batch_count(const pf_loader *l, const pf__slot *s) {
+    uint64_t first = s->b.batch * l->cfg.batch_size, left = s->plan->per_rank - first;
+    return (uint32_t)(left < l->cfg.batch_size ? left : l->cfg.batch_size);
+}
 /* Claimed slot s's sample indices and rng (lock not held). */
 static void pf__index_batch(pf_loader *l, pf__slot *s) {
     const pf__plan *p = s->plan; /* alive: the taker has not passed batch s */
     uint64_t first = s->b.batch * l->cfg.batch_size;
-    uint32_t i;
     PF_ASSERT(p->epoch == s->b.epoch); /* planned before it was claimed: never NULL */
-    s->b.count = (uint32_t)((p->per_rank - first) < l->cfg.batch_size ? p->per_rank - first : l->cfg.batch_size);
-    for (i = 0; i < s->b.count; i++) s->b.indices[i] = pf__plan_index(p, &l->cfg, first + i);
+    s->b.count = pf__batch_count(l, s);
+    if (!pf__plan_indices(p, &l->cfg, first, s->b.count, s->b.indices))
+        for (uint32_t i = 0; i < s->b.count; i++) s->b.indices[i] = pf__plan_index(p, &l->cfg, first + i);
     s->b.rng = pf__job_rng(p, s->b.batch);
     s->indexed = true;
 }
@@ -3573,15 +3638,36 @@ static void pf__index_batch(pf_loader *l, pf__slot *s) {
    of some 16 dependent multiplies (pf__perm_apply), and a load's copy
    waits for it: computed one per load, 1-sample batches of cheap loads
    paid that chain between every two copies, and the copies no longer
-   overlapped. The run's chains are independent of each other. Shuffled
+   overlapped. The run's chains are independent of each other: with
+   1-sample batches a plan's run walks them side by side
+   (pf__perm_apply_many), as a larger batch does its own. Shuffled
    4 KiB batches loaded by pf_next alone on the 2-core VM: see
    bench/README.md (2026-11-24, thirteenth session); pf_next alone now
    loads those one at a time (PF__ALONE_RUN_BYTES), as fast. */
 static void pf__index_run(pf_loader *l, pf__slot *const *run, uint32_t nrun) {
-    uint32_t k;
+    uint64_t v[PF__RUN_MAX];
+    uint32_t k, m, n;
     if (nrun < 2) return; /* a single load computes its own (pf__fill_job) */
-    for (k = 0; k < nrun; k++)
-        if (!run[k]->indexed) pf__index_batch(l, run[k]);
+    if (l->cfg.batch_size > 1 || !l->cfg.shuffle || l->cfg.shuffle_block > 1) {
+        for (k = 0; k < nrun; k++)
+            if (!run[k]->indexed) pf__index_batch(l, run[k]);
+        return;
+    }
+    for (k = 0; k < nrun; k = m) { /* a run may cross into the next epoch: a plan at a time */
+        const pf__plan *p = run[k]->plan;
+        for (m = k, n = 0; m < nrun && run[m]->plan == p; m++)
+            if (!run[m]->indexed) v[n++] = pf__plan_pos(p, &l->cfg, run[m]->b.batch);
+        pf__perm_apply_many(&p->perm, v, n);
+        for (m = k, n = 0; m < nrun && run[m]->plan == p; m++) {
+            pf__slot *s = run[m];
+            if (s->indexed) continue;
+            PF_ASSERT(p->epoch == s->b.epoch && pf__batch_count(l, s) == 1);
+            s->b.count = 1;
+            s->b.indices[0] = v[n++];
+            s->b.rng = pf__job_rng(p, s->b.batch);
+            s->indexed = true;
+        }
+    }
 }
 
 static void pf__fill_job(pf_loader *l, pf__slot *s, pf__worker *w, pf_job *job) {

@@ -65,6 +65,30 @@ static void test_perm_small_sizes(void) {
     }
 }
 
+/* The lanes that walk a run's values side by side give each value what
+   one walk gives it, for every count (fewer than the lanes, a lane's
+   worth, a ragged end), at sizes whose walks are long (n just above an
+   even power of two: a domain near 4n) and short, and leave the values
+   past cnt alone. */
+static void test_perm_many_matches_one(void) {
+    const uint64_t sizes[] = {1, 3, 5, 17, 4097, 1000003, (1u << 20) + 1};
+    const uint32_t counts[] = {0, 1, 3, 4, 5, 7, 31, 32, 33, 500};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            uint64_t n = sizes[k], v[501], bad = 0;
+            uint32_t cnt = counts[c];
+            pf__perm p;
+            pf__perm_init(&p, n, k + 11, c);
+            for (uint32_t i = 0; i <= cnt; i++) v[i] = (i * UINT64_C(2654435761) + c) % n;
+            pf__perm_apply_many(&p, v, cnt);
+            for (uint32_t i = 0; i < cnt; i++) bad += v[i] != pf__perm_apply(&p, (i * UINT64_C(2654435761) + c) % n);
+            CHECKF(bad == 0, "n=%llu, %u values: %llu differ from pf__perm_apply", (unsigned long long)n,
+                   (unsigned)cnt, (unsigned long long)bad);
+            CHECKF(v[cnt] == (cnt * UINT64_C(2654435761) + c) % n, "n=%llu, %u values: the value past them changed",
+                   (unsigned long long)n, (unsigned)cnt);
+        }
+}
+
 /* No GPU to use (built without CUDA; or, in the simulated-CUDA build, a
    machine without devices): PF_BACKEND_DEFAULT is the host backend, unless
    the config shows the loop expects device pointers: cfg.stream set fails
@@ -1467,6 +1491,7 @@ static const h_test tests[] = {
     {"size_check_counts_the_backends_slots", test_size_check_counts_the_backends_slots},
     {"bookkeeping_product_overflow_is_caught", test_bookkeeping_product_overflow_is_caught},
     {"perm_small_sizes", test_perm_small_sizes},
+    {"perm_many_matches_one", test_perm_many_matches_one},
     {"perm_huge_spot_check", test_perm_huge_spot_check},
     {"default_backend_with_a_stream_and_no_gpu", test_default_backend_with_a_stream_and_no_gpu},
     {"huge_dataset_loader_uses_little_memory", test_huge_dataset_loader_uses_little_memory},
