@@ -631,7 +631,7 @@ PF_API pf_result pf_shard_from_env(pf_config *cfg);
    Unordered, the token also lists the batches delivered past the first
    missing one, and resuming needs the same world_size and rank. A buffer
    too small (or NULL) is PF_ERR_INVALID_ARG, pf_error saying the size
-   needed. After
+   needed, and buf holds "" (never a cut token). After
    a CUDA error that kept a batch pf_next had taken from the caller,
    PF_ERR_CUDA: no token is exact any more; keep the last one taken before.
    Thread safety: any thread; stop calling pf_next first for a token that
@@ -6097,9 +6097,13 @@ PF_API pf_result pf_checkpoint(pf_loader *l, char *buf, size_t size) {
     if (!buf)
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: buf is NULL (the token needs %llu bytes, with its NUL)",
                      (unsigned long long)len + 1);
-    else if (len >= size)
+    else if (len >= size) {
         r = pf__fail(l, PF_ERR_INVALID_ARG, "pf_checkpoint: the token needs %llu bytes (with its NUL), the buffer has %llu",
                      (unsigned long long)len + 1, (unsigned long long)size);
+        /* no cut token: one cut in its done list resumes (an outside
+           trial: it did), and delivers again the batches it lost */
+        if (size) buf[0] = '\0';
+    }
     pf__unlock(&l->sync.mu);
     return r;
 }
