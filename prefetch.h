@@ -7491,6 +7491,15 @@ static int pf__rd_step(const pf__rd *rd, pf_job *job, pf_sample *smp) {
                            "left in the slot (cfg.batch_bytes)", (unsigned long long)smp->out_bytes,
                            (unsigned)smp->i, (unsigned long long)smp->index,
                            (unsigned long long)smp->out_capacity);
+    /* a fixed size is a promise to the kernel: sample i at i * sample_bytes
+       (an outside trial's step wrote 3 of 4, and every later sample was
+       read from the wrong place, silently) */
+    if (rd->sample_bytes && smp->out_bytes != rd->sample_bytes)
+        return pf_job_fail(job, "the step says it wrote %llu bytes for sample %u (index %llu), but sample_bytes is "
+                           "%llu: with a fixed sample_bytes every sample is that size, sample i at i * sample_bytes "
+                           "(a tar reader's sample_bytes = 0 lets the step say per sample)",
+                           (unsigned long long)smp->out_bytes, (unsigned)smp->i, (unsigned long long)smp->index,
+                           (unsigned long long)rd->sample_bytes);
     return pf_job_append(job, smp->out_bytes) ? 0 : -1;
 }
 

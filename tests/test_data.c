@@ -1111,6 +1111,59 @@ static void test_records_raw_shuffled(void) { run_records(true, false, false); }
 static void test_records_step(void) { run_records(true, true, false); }
 static void test_records_direct(void) { run_records(false, false, true); run_records(true, true, true); }
 
+/* With a fixed sample_bytes a kernel finds sample i at i * sample_bytes:
+   a step that writes another size fails its batch, naming both sizes,
+   rather than shifting every later sample (an outside trial: a step wrote
+   3 bytes of sample_bytes = 4, and data[i * 4] read the wrong samples
+   with PF_OK). A slot with room to spare (batch_bytes set larger) does
+   not hide it either. */
+static size_t r_odd_bytes;
+static int r_step_odd(void *user, pf_sample *s) {
+    (void)user;
+    memset(s->out, (int)(s->index & 0xff), r_odd_bytes);
+    s->out_bytes = r_odd_bytes;
+    return 0;
+}
+static void test_records_step_keeps_sample_bytes(void) {
+    static const size_t wrote[3] = {3, 5, 4};
+    char path[300];
+    const char *pp[1];
+    tmp_begin();
+    tmp_path(path, sizeof path, "odd.bin");
+    write_records(path, 0, 40, 0);
+    pp[0] = path;
+    for (int k = 0; k < 3; k++) {
+        pf_records *rd = NULL;
+        pf_records_config rc = r_config(pp, 1);
+        pf_config cfg = t_config_base(0, 7, 7 * 8, 1);
+        pf_loader *l = NULL;
+        pf_batch b;
+        pf_result r;
+        r_odd_bytes = wrote[k];
+        rc.step = r_step_odd;
+        rc.sample_bytes = 4;
+        CHECK_EQ(pf_records_open(&rc, &cfg, &rd), PF_OK);
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        r = pf_next(l, &b);
+        if (wrote[k] == 4) { /* the size it promised: samples at i * 4 */
+            CHECK_EQ(r, PF_OK);
+            if (r == PF_OK) {
+                CHECK_EQ(b.bytes, 7 * 4);
+                for (uint32_t i = 0; i < b.count; i++)
+                    CHECK_EQ(((const unsigned char *)b.data)[i * 4], (unsigned char)(b.indices[i] & 0xff));
+                pf_release(l, &b);
+            }
+        } else {
+            CHECK_EQ(r, PF_ERR_LOAD);
+            CHECK_CONTAINS(pf_error(l), wrote[k] == 3 ? "wrote 3 bytes for sample 0" : "wrote 5 bytes for sample 0");
+            CHECK_CONTAINS(pf_error(l), "sample_bytes is 4");
+        }
+        pf_destroy(l);
+        pf_records_close(rd);
+    }
+    tmp_end();
+}
+
 /* A reader's own hooks (its read buffer) run on any thread: by default
    pf_next loads through a reader too, with the buffer made on its thread
    and freed at pf_destroy (ASan: no leak). The step holds the workers
@@ -3215,6 +3268,7 @@ static const h_test tests[] = {
     {"records_raw_shuffled", test_records_raw_shuffled},
     {"records_step", test_records_step},
     {"records_direct", test_records_direct},
+    {"records_step_keeps_sample_bytes", test_records_step_keeps_sample_bytes},
     {"records_pf_next_loads_through_the_reader", test_records_pf_next_loads_through_the_reader},
     {"records_direct_into_the_slot", test_records_direct_into_the_slot},
     {"records_one_file_refuses_direct", test_records_one_file_refuses_direct},
