@@ -1421,6 +1421,11 @@ typedef struct pf__worker {
     size_t used;
     bool pack;              /* a reader runs the job: the batch is packed */
     bool refused;           /* pf_job_append or pf_job_skip failed the job */
+    /* its run (>>runs): the slots it claimed together, and which of them
+       are still its own: next (high half) begun, end (low half) not taken
+       by another thread. Written under the lock (the run) or by CAS. */
+    pf__slot *run[PF__RUN_MAX];
+    uint64_t run_word;
 } pf__worker;
 
 /* A checkpoint token, read (see >>resume). */
@@ -1534,9 +1539,11 @@ typedef struct pf__ring {
     void **grown;                /* the blocks grown, as the backend allocated them */
     uint32_t *grown_from;        /* the first slot of each */
     uint32_t nfree;              /* free_stack's: LIFO, the warmest slot is refilled first */
-    uint32_t orphans[PF__RUN_MAX], norphans; /* claimed by pf_next's run, handed back
-                                    unloaded (pf__load_inline): claimed first, lowest
-                                    batch on top (pf__claim) */
+    uint32_t orphans[2 * PF__RUN_MAX], norphans; /* claimed by a run, handed back
+                                    unloaded (pf__load_inline) or taken from it
+                                    (pf__steal): claimed first, lowest batch on top
+                                    (pf__claim). Taken only when there are none, at
+                                    most a run's half; handed back, a run's rest */
     uint32_t ready_head, ready_count; /* ready_fifo's (unordered) */
     uint32_t nready;             /* slots READY */
     uint32_t nloading;           /* slots LOADING: loads that will still publish */
@@ -1701,6 +1708,7 @@ typedef struct pf__counters {
     uint64_t skipped;      /* bad samples in batches taken (>>samples) */
     uint64_t next_loads;   /* batches pf_next loaded itself (pf__load_inline) */
     uint64_t runs;         /* runs of two batches or more a worker or pf_next claimed (pf__run_len) */
+    uint64_t stolen;       /* batches of a run another thread took to load (pf__steal) */
     bool last_fresh;       /* a wait's end just set last_ns */
     uint64_t untimed_ns;   /* untimed loads in pf_next: input wait not yet credited */
     uint32_t waiters;      /* pf_next calls waiting: their waits are counted once */
@@ -2462,8 +2470,97 @@ static bool pf__resume_skips(const pf_loader *l, uint64_t epoch, uint64_t batch)
 
 static void pf__take_released(pf_loader *l); /* >>ring */
 
+/* >>runs ------------------------------------------------------------------ */
+/* A run (pf__run_len) claims up to PF__RUN_MAX batches at once, loaded
+   one after the other by the thread that claimed them. A load that
+   takes long among cheap ones held the rest of its run behind it while
+   the other workers idled: an outside trial's 1 s load among instant
+   ones delivered the 9 batches after it, unordered, 1 s late with 2
+   workers free and 64 slots empty. So the part of a run not yet begun
+   may be taken: a thread with nothing to claim (pf__claim) takes the
+   later half of the longest such part and hands it to the claims as
+   batches claimed already (ring.orphans, as pf_next's run hands back
+   what it leaves). The run's owner begins each batch only by moving
+   `next` up while it is below `end` (pf__run_own), the taker moves `end`
+   down while it stays above `next`: one CAS on one word each way, so a
+   batch is begun by one of them, never by both or neither. */
+static void pf__run_open(pf__worker *w, pf__slot *const *run, uint32_t nrun) {
+#if PF__SPIN_OK
+    uint32_t k;
+    for (k = 0; k < nrun; k++) w->run[k] = run[k];
+    PF__STORE_SC(&w->run_word, ((uint64_t)1 << 32) | nrun); /* the first is begun */
+#else
+    (void)w, (void)run, (void)nrun;
+#endif
+}
+/* Batch k (k >= 1, the next) of the owner's run: true, it is the owner's
+   to load; false, it and the rest were taken. */
+static bool pf__run_own(pf__worker *w, uint32_t k) {
+#if PF__SPIN_OK
+    uint64_t old = PF__LOAD_SC(&w->run_word);
+    for (;;) {
+        uint32_t end = (uint32_t)old;
+        PF_ASSERT((uint32_t)(old >> 32) == k);
+        if (k >= end) return false;
+        if (PF__CAS_SC(&w->run_word, &old, ((uint64_t)(k + 1) << 32) | end)) return true;
+    }
+#else
+    (void)w, (void)k;
+    return true;
+#endif
+}
+/* The run ends (the owner, with `nrun` claimed): nothing more may be
+   taken. Returns its end, where the batches taken begin: the owner's
+   are below it. */
+static uint32_t pf__run_close(pf__worker *w, uint32_t nrun) {
+#if PF__SPIN_OK
+    uint64_t old = __atomic_exchange_n(&w->run_word, 0, __ATOMIC_SEQ_CST);
+    (void)nrun;
+    return (uint32_t)old;
+#else
+    (void)w;
+    return nrun;
+#endif
+}
+/* Thread `by` has nothing to claim (no batch, or no free slot): the later
+   half of the longest part of a run not begun goes to ring.orphans, to be
+   claimed. true: some did. Lock held. */
+static bool pf__steal(pf_loader *l, const pf__worker *by) {
+#if PF__SPIN_OK
+    pf__worker *v = NULL;
+    uint32_t most = 0, room = l->ring.norphans < PF__RUN_MAX ? PF__RUN_MAX - l->ring.norphans : 0, k, i;
+    uint64_t old;
+    if (!room) return false;
+    for (i = 0; i <= l->cfg.num_workers; i++) { /* the workers, and pf_next's record */
+        pf__worker *o = &l->pool.w[i];
+        uint64_t word = PF__LOAD_SC(&o->run_word);
+        uint32_t begun = (uint32_t)(word >> 32), end = (uint32_t)word;
+        if (o != by && end > begun && end - begun > most) most = end - begun, v = o;
+    }
+    if (!v) return false;
+    old = PF__LOAD_SC(&v->run_word);
+    for (;;) {
+        uint32_t begun = (uint32_t)(old >> 32), end = (uint32_t)old, take;
+        if (end <= begun) return false; /* begun meanwhile, or closed */
+        take = (end - begun + 1) / 2;
+        if (take > room) take = room;
+        if (!PF__CAS_SC(&v->run_word, &old, (old & ~(uint64_t)UINT32_MAX) | (end - take))) continue;
+        /* the lowest on top: claimed first */
+        for (k = end; k-- > end - take;) l->ring.orphans[l->ring.norphans++] = v->run[k]->index;
+        l->st.stolen += take;
+        return true;
+    }
+#else
+    (void)l, (void)by;
+    return false;
+#endif
+}
+
 /* A worker takes a free slot and the next job together, under the lock. */
 static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) {
+    /* a worker with nothing to claim takes what a run holds back (>>runs);
+       pf_next waits or loads as it would (pf__load_inline) */
+    bool takes = w->id < l->cfg.num_workers;
     for (;;) {
         pf__slot *s;
         if (l->sync.stopping) return PF__CLAIM_DONE;
@@ -2475,15 +2572,24 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
             *out = s;
             return PF__CLAIM_OK;
         }
-        if (l->claim.done) return PF__CLAIM_DONE;
+        if (l->claim.done) {
+            if (takes && pf__steal(l, w)) continue;
+            return PF__CLAIM_DONE;
+        }
         if (l->ring.nfree == 0) pf__take_released(l);
-        if (l->ring.nfree == 0) return PF__CLAIM_NO_SLOT;
+        if (l->ring.nfree == 0) {
+            if (takes && pf__steal(l, w)) continue;
+            return PF__CLAIM_NO_SLOT;
+        }
         if (!l->claim.planned) {
             if (l->cfg.epochs && l->claim.epoch >= l->cfg.epochs) {
                 l->claim.done = true;
-                return PF__CLAIM_DONE;
+                continue; /* done: what runs hold back may still be taken */
             }
-            if (l->claim.planning || l->claim.plan_count == l->claim.plan_cap) return PF__CLAIM_NO_JOB;
+            if (l->claim.planning || l->claim.plan_count == l->claim.plan_cap) {
+                if (takes && pf__steal(l, w)) continue;
+                return PF__CLAIM_NO_JOB;
+            }
             pf__plan_next(l);
             continue; /* the lock was dropped: look again */
         }
@@ -2507,6 +2613,7 @@ static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) 
            which moves the cap (pf__note_delivery wakes the claim). */
         if (l->cfg.unordered &&
             l->claim.batch >= (l->claim.epoch == l->cons.epoch ? l->ck.low : 0) + l->ck.win) {
+            if (takes && pf__steal(l, w)) continue;
             l->ck.lead_capped = true; /* woken when the consumer moves ck.low */
             return PF__CLAIM_NO_JOB;
         }
@@ -3944,8 +4051,12 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         l->st.runs += nrun > 1;
         pf__unlock_wake(l);
         pf__index_run(l, run, nrun);
+        /* from here its later batches may be taken (>>runs), indexed: a
+           taker reads what the run wrote into their slots */
+        if (nrun > 1) pf__run_open(w, run, nrun);
         for (k = 0, prev = PF_OK; k < nrun; k++) {
             bool after;
+            if (k && !pf__run_own(w, k)) break; /* taken, and the rest after it */
             s = run[k];
             starts[k] = now;
             after = pf__after_failure(l, s);
@@ -3966,6 +4077,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             prev = s->result; /* read now: once marked, the taker may publish it, and the slot go round again */
             if (k + 1 < nrun) pf__mark_early(l, s, starts[k], now);
         }
+        if (nrun > 1) nrun = pf__run_close(w, nrun); /* the batches taken are another's to publish */
         pf__lock(&l->sync.mu);
         for (k = 0; k < nrun; k++) {
             s = run[k];
@@ -4383,7 +4495,7 @@ static void pf__help_dear(pf_loader *l, uint64_t end, uint64_t took) {
 static bool pf__load_inline(pf_loader *l) {
     pf__worker *w = &l->pool.w[l->cfg.num_workers];
     pf__slot *run[PF__RUN_MAX];
-    uint32_t nrun = 1, want, k, kept, loaded = 0;
+    uint32_t nrun = 1, want, k, kept, loaded = 0, upto;
     int prev = PF_OK;
     /* Single loads under PF__INLINE_UNTIMED_NS: 1 in PF__INLINE_TIMED reads
        the clock, before and after; the others take the timed ones'
@@ -4410,8 +4522,13 @@ static bool pf__load_inline(pf_loader *l) {
     if (!est) pf__wait_begins(l, now);
     pf__unlock_wake(l);
     pf__index_run(l, run, nrun);
+    if (nrun > 1) pf__run_open(w, run, nrun); /* a worker may take what is not begun (>>runs) */
     for (k = 0, kept = nrun; k < kept; k++) {
         pf__slot *s = run[k];
+        if (k && !pf__run_own(w, k)) {
+            kept = k; /* taken, with the rest */
+            break;
+        }
         if (prev != PF_OK || pf__after_failure(l, s)) { /* nothing after a failed batch is delivered */
             pf__not_loaded(s, prev != PF_OK ? prev : PF_ERR_LOAD,
                            prev != PF_OK ? "the batch before it in pf_next's run failed" : "a batch before it failed");
@@ -4434,6 +4551,8 @@ static bool pf__load_inline(pf_loader *l) {
         }
     }
     end = nrun > 1 ? pf__now_ns() : now;
+    /* what a worker took is its own; what is left (loads turned dear) goes back below */
+    upto = nrun > 1 ? pf__run_close(w, nrun) : nrun;
     span = (end - t0) / kept;
     per = loaded ? (end - t0) / loaded : 0;
     pf__lock(&l->sync.mu);
@@ -4455,10 +4574,10 @@ static bool pf__load_inline(pf_loader *l) {
         if (nrun > 1) run[k]->call_ns = run[k]->result == PF_OK ? span : 0;
         pf__loaded(l, run[k], t0 + (k + 1) * span);
     }
-    if (kept < nrun) {
-        /* at most one run's rest: a run claims what was handed back first */
-        PF_ASSERT(l->ring.norphans + (nrun - kept) <= PF__RUN_MAX);
-        for (k = nrun; k-- > kept;) l->ring.orphans[l->ring.norphans++] = run[k]->index; /* the lowest on top */
+    if (kept < upto) {
+        /* a run's rest, beside at most half a run taken (pf__steal) */
+        PF_ASSERT(l->ring.norphans + (upto - kept) <= 2 * PF__RUN_MAX);
+        for (k = upto; k-- > kept;) l->ring.orphans[l->ring.norphans++] = run[k]->index; /* the lowest on top */
         pf__wake_all_workers(l);
     }
     pf__wake_takers(l); /* another pf_next waiting for the record gets its turn */

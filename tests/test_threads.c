@@ -2901,6 +2901,93 @@ static void test_a_run_never_holds_back_a_loaded_batch(void) {
     CHECKF(runs > 0, "no worker loaded a run: the test proved nothing"); /* loads of 64 bytes: runs, unless every one was preempted */
 }
 
+/* A load that takes long holds back no batch of its run that has not
+   begun: another worker with nothing to claim takes it (>>runs). The
+   first load (past batch 100: loads are known cheap, runs form) whose
+   run has batches after it waits, bounded, until those batches were
+   loaded by another thread; without the taking they wait for it, and the
+   wait runs out (an outside trial: a 1 s load delivered the 9 batches of
+   its run after it, unordered, 1 s late, with 2 workers idle). In order
+   and unordered, 2 and 3 workers. */
+typedef struct held_run {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int triggered, timed_out;
+    uint64_t held[PF__RUN_MAX];
+    uint32_t nheld, left;     /* of them, not yet loaded */
+    uint32_t left_then;       /* when the wait ran out */
+    unsigned char loaded[600]; /* batch -> loaded by a thread */
+} held_run;
+static int held_run_load(void *user, pf_job *job) {
+    held_run *h = (held_run *)user;
+    pf__worker *w = (pf__worker *)job->pf__worker;
+    uint64_t word = PF__LOAD_SC(&w->run_word);
+    uint32_t begun = (uint32_t)(word >> 32), end = (uint32_t)word;
+    int wait = 0;
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = 8;
+    pthread_mutex_lock(&h->mu);
+    if (h->loaded[job->batch]++ == 0 && h->nheld) {
+        for (uint32_t i = 0; i < h->nheld; i++)
+            if (h->held[i] == job->batch) h->left--;
+        pthread_cond_broadcast(&h->cv);
+    }
+    if (!h->triggered && job->batch >= 100 && end > begun) { /* this load is begun - 1 of its run */
+        h->triggered = 1;
+        for (uint32_t k = begun; k < end; k++) h->held[h->nheld++] = w->run[k]->b.batch;
+        h->left = h->nheld;
+        wait = 1;
+    }
+    if (wait) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 10;
+        while (h->left && !h->timed_out)
+            if (pthread_cond_timedwait(&h->cv, &h->mu, &dl) != 0) h->timed_out = 1, h->left_then = h->left;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return 0;
+}
+static void test_a_slow_load_holds_back_no_batch_of_its_run(void) {
+    for (int k = 0; k < 4; k++) {
+        held_run *h = (held_run *)calloc(1, sizeof *h);
+        pf_config cfg = host_config(held_run_load, h, 600, 8, 2 + (uint32_t)(k % 2));
+        pf_loader *l;
+        uint64_t got = 0;
+        pthread_mutex_init(&h->mu, NULL);
+        pthread_cond_init(&h->cv, NULL);
+        cfg.unordered = k >= 2;
+        cfg.workers_only = true; /* pf_next loads nothing: only a worker can take them */
+        cfg.epochs = 1;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        for (;;) {
+            pf_batch b;
+            uint64_t id;
+            pf_result r = pf_next(l, &b);
+            if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) break;
+            CHECKF(r == PF_OK, "k %d: %s", k, pf_error(l));
+            if (r != PF_OK) break;
+            memcpy(&id, b.data, sizeof id);
+            CHECK_EQ(id, b.batch);
+            if (!cfg.unordered) CHECK_EQ(b.batch, got);
+            got++;
+            CHECK_EQ(pf_release(l, &b), PF_OK);
+        }
+        CHECK_EQ(got, 600);
+        CHECKF(h->triggered, "k %d: no load ran with batches of its run not begun: the test proved nothing", k);
+        CHECKF(!h->timed_out, "k %d (%s, %u workers): %u of the %u batches after a slow load in its run were "
+               "still not loaded after 10 s", k, cfg.unordered ? "unordered" : "in order", cfg.num_workers,
+               h->left_then, h->nheld);
+        CHECKF(l->st.stolen >= h->nheld, "k %d: %llu batches taken from runs, %u held", k,
+               (unsigned long long)l->st.stolen, h->nheld);
+        for (uint64_t i = 0; i < 600; i++) CHECK_EQ(h->loaded[i], 1); /* each loaded once */
+        pf_destroy(l);
+        pthread_cond_destroy(&h->cv);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+    }
+}
+
 /* Without autotune too, by default: cheap loads, no per-thread hooks, no
    timeout_ms. Batch 0 loads at once (so loads are known to be cheap);
    every later load on a worker waits (bounded) until pf_next has loaded
@@ -3204,6 +3291,7 @@ static const h_test tests[] = {
     {"elapsed_runs_to_the_latest_pf_next", test_elapsed_runs_to_the_latest_pf_next},
     {"failed_create_ran_no_callback", test_failed_create_ran_no_callback},
     {"a_run_never_holds_back_a_loaded_batch", test_a_run_never_holds_back_a_loaded_batch},
+    {"a_slow_load_holds_back_no_batch_of_its_run", test_a_slow_load_holds_back_no_batch_of_its_run},
     {"pf_next_helps_by_default", test_pf_next_helps_by_default},
     {"workers_only_keeps_loads_on_workers", test_workers_only_keeps_loads_on_workers},
     {"autotune_keeps_workers_only", test_autotune_keeps_workers_only},
