@@ -1539,6 +1539,8 @@ typedef struct pf__ring {
     void **grown;                /* the blocks grown, as the backend allocated them */
     uint32_t *grown_from;        /* the first slot of each */
     uint32_t nfree;              /* free_stack's: LIFO, the warmest slot is refilled first */
+    uint32_t runs_open;          /* runs claimed and not yet published: pf__steal
+                                    looks at the runs only while there are some */
     uint32_t orphans[2 * PF__RUN_MAX], norphans; /* claimed by a run, handed back
                                     unloaded (pf__load_inline) or taken from it
                                     (pf__steal): claimed first, lowest batch on top
@@ -2530,7 +2532,7 @@ static bool pf__steal(pf_loader *l, const pf__worker *by) {
     pf__worker *v = NULL;
     uint32_t most = 0, room = l->ring.norphans < PF__RUN_MAX ? PF__RUN_MAX - l->ring.norphans : 0, k, i;
     uint64_t old;
-    if (!room) return false;
+    if (!room || !l->ring.runs_open) return false;
     for (i = 0; i <= l->cfg.num_workers; i++) { /* the workers, and pf_next's record */
         pf__worker *o = &l->pool.w[i];
         uint64_t word = PF__LOAD_SC(&o->run_word);
@@ -3988,6 +3990,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
     uint64_t now, est, starts[PF__RUN_MAX], ends[PF__RUN_MAX], seqs[PF__RUN_MAX];
     pf__slot *run[PF__RUN_MAX];
     uint32_t nrun, k;
+    bool open;
     int prev; /* the result of the run's last load */
     if (l->ops->bind_thread) l->ops->bind_thread(l); /* a load that calls CUDA uses the loader's GPU */
     if (!pf__worker_gate(l)) PF__THREAD_RETURN;
@@ -4049,6 +4052,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         for (k = PF__SPIN_OK ? pf__run_len(l, w->est_ns, false) : 1; nrun < k && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK;) nrun++;
         for (k = 0; k < nrun; k++) seqs[k] = run[k]->seq;
         l->st.runs += nrun > 1;
+        l->ring.runs_open += nrun > 1;
         pf__unlock_wake(l);
         pf__index_run(l, run, nrun);
         /* from here its later batches may be taken (>>runs), indexed: a
@@ -4077,8 +4081,10 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             prev = s->result; /* read now: once marked, the taker may publish it, and the slot go round again */
             if (k + 1 < nrun) pf__mark_early(l, s, starts[k], now);
         }
-        if (nrun > 1) nrun = pf__run_close(w, nrun); /* the batches taken are another's to publish */
+        open = nrun > 1;
+        if (open) nrun = pf__run_close(w, nrun); /* the batches taken are another's to publish */
         pf__lock(&l->sync.mu);
+        l->ring.runs_open -= open;
         for (k = 0; k < nrun; k++) {
             s = run[k];
             if (s->state != PF__SLOT_LOADING || s->seq != seqs[k]) continue; /* the taker published it */
@@ -4517,6 +4523,7 @@ static bool pf__load_inline(pf_loader *l) {
     if (pf__claim(l, w, now, &run[0]) != PF__CLAIM_OK) return l->claim.plans_made != plans;
     while (nrun < want && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK) nrun++;
     l->st.runs += nrun > 1;
+    l->ring.runs_open += nrun > 1;
     l->at.inline_busy = true; /* one record: one loading caller at a time */
     l->at.inline_n++;
     if (!est) pf__wait_begins(l, now);
@@ -4556,6 +4563,7 @@ static bool pf__load_inline(pf_loader *l) {
     span = (end - t0) / kept;
     per = loaded ? (end - t0) / loaded : 0;
     pf__lock(&l->sync.mu);
+    l->ring.runs_open -= nrun > 1;
     l->at.inline_busy = false;
     l->st.next_loads += loaded;
     if (!est) {
