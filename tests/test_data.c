@@ -1149,6 +1149,7 @@ static void test_records_step_keeps_sample_bytes(void) {
             CHECK_EQ(r, PF_OK);
             if (r == PF_OK) {
                 CHECK_EQ(b.bytes, 7 * 4);
+                CHECK_EQ(pf_batch_wait(l, &b), PF_OK); /* CUDA: the copy has landed, readable here */
                 for (uint32_t i = 0; i < b.count; i++)
                     CHECK_EQ(((const unsigned char *)b.data)[i * 4], (unsigned char)(b.indices[i] & 0xff));
                 pf_release(l, &b);
