@@ -2558,11 +2558,11 @@ static bool pf__steal(pf_loader *l, const pf__worker *by) {
 #endif
 }
 
-/* A worker takes a free slot and the next job together, under the lock. */
-static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out) {
-    /* a worker with nothing to claim takes what a run holds back (>>runs);
-       pf_next waits or loads as it would (pf__load_inline) */
-    bool takes = w->id < l->cfg.num_workers;
+/* A worker takes a free slot and the next job together, under the lock.
+   `takes`: with nothing to claim, it takes what another's run holds back
+   (pf__steal: a worker's first claim, or pf_next's where it loads; not to
+   make a run longer, which would split runs whenever the ring is full). */
+static int pf__claim(pf_loader *l, pf__worker *w, uint64_t now, pf__slot **out, bool takes) {
     for (;;) {
         pf__slot *s;
         if (l->sync.stopping) return PF__CLAIM_DONE;
@@ -4010,7 +4010,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             pf__shrink(l);
             now = pf__now_ns();
         }
-        claim = pf__claim(l, w, now, &s);
+        claim = pf__claim(l, w, now, &s, true);
         if (claim != PF__CLAIM_OK && l->ring.taker_held) pf__wake_takers(l); /* it waited for this worker's next */
         if (claim == PF__CLAIM_DONE) break;
         if (claim == PF__CLAIM_PARKED) { /* until autotune (or the CPU cap) wants this worker again */
@@ -4049,7 +4049,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
         run[0] = s;
         nrun = 1;
         /* a worker's runs need atomics (pf__mark_early) */
-        for (k = PF__SPIN_OK ? pf__run_len(l, w->est_ns, false) : 1; nrun < k && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK;) nrun++;
+        for (k = PF__SPIN_OK ? pf__run_len(l, w->est_ns, false) : 1; nrun < k && pf__claim(l, w, now, &run[nrun], false) == PF__CLAIM_OK;) nrun++;
         for (k = 0; k < nrun; k++) seqs[k] = run[k]->seq;
         l->st.runs += nrun > 1;
         l->ring.runs_open += nrun > 1;
@@ -4520,8 +4520,8 @@ static bool pf__load_inline(pf_loader *l) {
     /* a claim that planned an epoch woke the taker, this very caller, and
        dropped the lock to do it: take again, or that wake is lost (an
        outside trial: an empty last epoch, planned here, hung pf_next) */
-    if (pf__claim(l, w, now, &run[0]) != PF__CLAIM_OK) return l->claim.plans_made != plans;
-    while (nrun < want && pf__claim(l, w, now, &run[nrun]) == PF__CLAIM_OK) nrun++;
+    if (pf__claim(l, w, now, &run[0], true) != PF__CLAIM_OK) return l->claim.plans_made != plans;
+    while (nrun < want && pf__claim(l, w, now, &run[nrun], false) == PF__CLAIM_OK) nrun++;
     l->st.runs += nrun > 1;
     l->ring.runs_open += nrun > 1;
     l->at.inline_busy = true; /* one record: one loading caller at a time */
@@ -4637,9 +4637,15 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         }
         if (r == PF_END_OF_DATA) return PF_END_OF_DATA;
         if (r != PF__WAIT) return pf__show_error(l);
-        /* pf_next loads; and always what its own run handed back: the
-           workers may have left (the claims were done) or parked */
-        if ((l->ring.norphans || l->at.help || !l->at.active || pf__may_help(l)) && pf__load_inline(l)) continue;
+        /* pf_next loads where it may (pf__may_load), and then always what
+           a run handed back or another thread took from one (ring.orphans):
+           the workers may have left (the claims were done) or parked. Not
+           with workers_only, hooks or timeout_ms: a worker took those and
+           loads them (an outside trial: orphans alone made pf_next load
+           with workers_only, past the caller's num_workers-sized array) */
+        if (((l->ring.norphans && pf__may_load(l)) || l->at.help || !l->at.active || pf__may_help(l)) &&
+            pf__load_inline(l))
+            continue;
         /* the caller holds as many slots as stay while a block goes back
            (pf__ring_follow): that block is wanted again, or no batch may
            come (its free slots are out of the free stack) */

@@ -2908,7 +2908,10 @@ static void test_a_run_never_holds_back_a_loaded_batch(void) {
    loaded by another thread; without the taking they wait for it, and the
    wait runs out (an outside trial: a 1 s load delivered the 9 batches of
    its run after it, unordered, 1 s late, with 2 workers idle). In order
-   and unordered, 2 and 3 workers. */
+   and unordered, 2 and 3 workers with workers_only; and 1 worker with
+   pf_next loading, which takes from the worker's run as it waits (a
+   second outside trial: with 1 worker the run's 28 batches came 1 s
+   late while pf_next sat idle). */
 typedef struct held_run {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -2916,6 +2919,7 @@ typedef struct held_run {
     uint64_t held[PF__RUN_MAX];
     uint32_t nheld, left;     /* of them, not yet loaded */
     uint32_t left_then;       /* when the wait ran out */
+    uint32_t workers, by_caller; /* loads pf_next ran (job->worker == num_workers) */
     unsigned char loaded[600]; /* batch -> loaded by a thread */
 } held_run;
 static int held_run_load(void *user, pf_job *job) {
@@ -2927,6 +2931,7 @@ static int held_run_load(void *user, pf_job *job) {
     memcpy(job->host, &job->batch, sizeof job->batch);
     job->bytes = 8;
     pthread_mutex_lock(&h->mu);
+    h->by_caller += job->worker == h->workers;
     if (h->loaded[job->batch]++ == 0 && h->nheld) {
         for (uint32_t i = 0; i < h->nheld; i++)
             if (h->held[i] == job->batch) h->left--;
@@ -2949,15 +2954,17 @@ static int held_run_load(void *user, pf_job *job) {
     return 0;
 }
 static void test_a_slow_load_holds_back_no_batch_of_its_run(void) {
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         held_run *h = (held_run *)calloc(1, sizeof *h);
-        pf_config cfg = host_config(held_run_load, h, 600, 8, 2 + (uint32_t)(k % 2));
+        pf_config cfg = host_config(held_run_load, h, 600, 8, k < 4 ? 2 + (uint32_t)(k % 2) : 1);
         pf_loader *l;
         uint64_t got = 0;
         pthread_mutex_init(&h->mu, NULL);
         pthread_cond_init(&h->cv, NULL);
-        cfg.unordered = k >= 2;
-        cfg.workers_only = true; /* pf_next loads nothing: only a worker can take them */
+        cfg.unordered = k % 4 >= 2 || k == 5;
+        cfg.workers_only = k < 4; /* pf_next loads nothing: only a worker can take them */
+        if (k >= 4) cfg.timeout_ms = 0; /* pf_next loads only where its wait is unbounded (the gate's is) */
+        h->workers = cfg.num_workers;
         cfg.epochs = 1;
         CHECK_EQ(pf_create(&cfg, &l), PF_OK);
         for (;;) {
@@ -2981,10 +2988,71 @@ static void test_a_slow_load_holds_back_no_batch_of_its_run(void) {
         CHECKF(l->st.stolen >= h->nheld, "k %d: %llu batches taken from runs, %u held", k,
                (unsigned long long)l->st.stolen, h->nheld);
         for (uint64_t i = 0; i < 600; i++) CHECK_EQ(h->loaded[i], 1); /* each loaded once */
+        /* and what was taken from a run, with workers_only, a worker loaded
+           (a second outside trial: pf_next loaded it, with job->worker past
+           the caller's num_workers-sized array) */
+        if (cfg.workers_only) CHECKF(h->by_caller == 0, "k %d: pf_next loaded %u batches with workers_only", k, h->by_caller);
         pf_destroy(l);
         pthread_cond_destroy(&h->cv);
         pthread_mutex_destroy(&h->mu);
         free(h);
+    }
+}
+
+/* What a worker took from another's run (ring.orphans) is loaded by a
+   worker where pf_next may not load: with workers_only, with per-thread
+   hooks, with timeout_ms (a second outside trial: pf_next loaded such
+   batches in all three, 10 of 10 runs, past a num_workers-sized array
+   and a 10 ms timeout). 4 workers, cheap loads, 3 in 100 of them 5 ms. */
+typedef struct orphan_load {
+    pthread_t caller;
+    uint32_t workers;
+    int by_caller; /* under mu */
+    pthread_mutex_t mu;
+} orphan_load;
+static int orphan_load_fn(void *user, pf_job *job) {
+    orphan_load *o = (orphan_load *)user;
+    pthread_mutex_lock(&o->mu);
+    o->by_caller += job->worker >= o->workers || pthread_equal(pthread_self(), o->caller);
+    pthread_mutex_unlock(&o->mu);
+    if ((job->batch * UINT64_C(0x9e3779b97f4a7c15) >> 40) % 100 < 3) t_sleep_us(5000);
+    memcpy(job->host, &job->batch, sizeof job->batch);
+    job->bytes = 8;
+    return 0;
+}
+static void *orphan_init(void *user, uint32_t worker) { return (void)user, (void *)(uintptr_t)(worker + 1); }
+static void orphan_stop(void *user, uint32_t worker, void *state) { (void)user, (void)worker, (void)state; }
+static void test_what_is_taken_from_a_run_stays_on_the_workers(void) {
+    for (int mode = 0; mode < 3; mode++) {
+        orphan_load o;
+        pf_config cfg = host_config(orphan_load_fn, &o, 2000, 8, 4);
+        pf_loader *l;
+        uint64_t got = 0;
+        memset(&o, 0, sizeof o);
+        pthread_mutex_init(&o.mu, NULL);
+        o.caller = pthread_self();
+        o.workers = 4;
+        cfg.host_slots = 64;
+        cfg.timeout_ms = mode == 2 ? 60000 : 0;
+        cfg.workers_only = mode == 0;
+        if (mode == 1) cfg.worker_init = orphan_init, cfg.worker_stop = orphan_stop;
+        CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+        for (;;) {
+            pf_batch b;
+            pf_result r = pf_next(l, &b);
+            if (r == PF_END_OF_EPOCH || r == PF_END_OF_DATA) break;
+            CHECKF(r == PF_OK, "mode %d: %s", mode, pf_error(l));
+            if (r != PF_OK) break;
+            CHECK_EQ(b.batch, got);
+            got++;
+            CHECK_EQ(pf_release(l, &b), PF_OK);
+        }
+        CHECK_EQ(got, 2000);
+        CHECKF(o.by_caller == 0, "mode %d (%s): pf_next loaded %d batches", mode,
+               mode == 0 ? "workers_only" : mode == 1 ? "worker hooks" : "timeout_ms", o.by_caller);
+        CHECKF(l->st.stolen > 0 || mode > 0, "mode %d: nothing was taken from a run: the test proved nothing", mode);
+        pf_destroy(l);
+        pthread_mutex_destroy(&o.mu);
     }
 }
 
@@ -3292,6 +3360,7 @@ static const h_test tests[] = {
     {"failed_create_ran_no_callback", test_failed_create_ran_no_callback},
     {"a_run_never_holds_back_a_loaded_batch", test_a_run_never_holds_back_a_loaded_batch},
     {"a_slow_load_holds_back_no_batch_of_its_run", test_a_slow_load_holds_back_no_batch_of_its_run},
+    {"what_is_taken_from_a_run_stays_on_the_workers", test_what_is_taken_from_a_run_stays_on_the_workers},
     {"pf_next_helps_by_default", test_pf_next_helps_by_default},
     {"workers_only_keeps_loads_on_workers", test_workers_only_keeps_loads_on_workers},
     {"autotune_keeps_workers_only", test_autotune_keeps_workers_only},
