@@ -1326,6 +1326,10 @@ static uint64_t pf__plan_pos(const pf__plan *p, const pf_config *c, uint64_t j) 
     return pos;
 }
 
+/* The order is a sample shuffle (pf__perm_apply on the position), not
+   none or blocks */
+static bool pf__sample_shuffle(const pf_config *c) { return c->shuffle && c->shuffle_block <= 1; }
+
 /* Sample index of this rank's j-th sample in the plan's epoch. */
 static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j) {
     uint64_t pos = pf__plan_pos(p, c, j);
@@ -1338,7 +1342,7 @@ static uint64_t pf__plan_index(const pf__plan *p, const pf_config *c, uint64_t j
    order is not a sample shuffle (none, or blocks). */
 static bool pf__plan_indices(const pf__plan *p, const pf_config *c, uint64_t first, uint32_t cnt, uint64_t *out) {
     uint32_t i;
-    if (!c->shuffle || c->shuffle_block > 1) return false;
+    if (!pf__sample_shuffle(c)) return false;
     for (i = 0; i < cnt; i++) out[i] = pf__plan_pos(p, c, first + i);
     pf__perm_apply_many(&p->perm, out, cnt);
     return true;
@@ -2530,9 +2534,12 @@ static uint32_t pf__run_close(pf__worker *w, uint32_t nrun) {
 static bool pf__steal(pf_loader *l, const pf__worker *by) {
 #if PF__SPIN_OK
     pf__worker *v = NULL;
-    uint32_t most = 0, room = l->ring.norphans < PF__RUN_MAX ? PF__RUN_MAX - l->ring.norphans : 0, k, i;
+    uint32_t most = 0, k, i;
     uint64_t old;
-    if (!room || !l->ring.runs_open) return false;
+    /* pf__claim takes the orphans first: there are none, and half a run
+       fits beside a run's rest handed back (ring.orphans) */
+    PF_ASSERT(!l->ring.norphans);
+    if (!l->ring.runs_open) return false;
     for (i = 0; i <= l->cfg.num_workers; i++) { /* the workers, and pf_next's record */
         pf__worker *o = &l->pool.w[i];
         uint64_t word = PF__LOAD_SC(&o->run_word);
@@ -2545,7 +2552,6 @@ static bool pf__steal(pf_loader *l, const pf__worker *by) {
         uint32_t begun = (uint32_t)(old >> 32), end = (uint32_t)old, take;
         if (end <= begun) return false; /* begun meanwhile, or closed */
         take = (end - begun + 1) / 2;
-        if (take > room) take = room;
         if (!PF__CAS_SC(&v->run_word, &old, (old & ~(uint64_t)UINT32_MAX) | (end - take))) continue;
         /* the lowest on top: claimed first */
         for (k = end; k-- > end - take;) l->ring.orphans[l->ring.norphans++] = v->run[k]->index;
@@ -3757,7 +3763,7 @@ static void pf__index_run(pf_loader *l, pf__slot *const *run, uint32_t nrun) {
     uint64_t v[PF__RUN_MAX];
     uint32_t k, m, n;
     if (nrun < 2) return; /* a single load computes its own (pf__fill_job) */
-    if (l->cfg.batch_size > 1 || !l->cfg.shuffle || l->cfg.shuffle_block > 1) {
+    if (l->cfg.batch_size > 1 || !pf__sample_shuffle(&l->cfg)) {
         for (k = 0; k < nrun; k++)
             if (!run[k]->indexed) pf__index_batch(l, run[k]);
         return;
