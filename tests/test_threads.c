@@ -1271,6 +1271,8 @@ static void test_autotune_big_step_needs_a_big_gain(void) {
     CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3), 8u);
     CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3, .busy = 1.4), 6u);
     CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3, .busy = 0.5), 8u); /* room for 16 */
+    /* every core busy (all but half of one): no trial at all */
+    CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3, .busy = 1.9), 4u);
     /* the step the trial starts with asks it: 2 -> 4 needs 25% */
     p = (judged){.workers = 2, .last_n = 2};
     CHECK_EQ(judged_period(l, &p), 4u);
