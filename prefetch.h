@@ -1682,9 +1682,10 @@ typedef struct pf__tuner {
     uint64_t changes, last_change_batch;
     uint32_t steady;       /* periods since the count or the ring last changed (pf__ring_follow) */
     uint64_t steady_t0;    /* ...the first of them began */
-    uint32_t held_win;     /* the most the caller held at once in them */
     uint32_t peak_n;       /* the most workers a period ended with, lately... */
     uint64_t peak_t;       /* ...the last time it did (PF__RING_PEAK_NS) */
+    uint32_t held_peak;    /* the most the caller held at once, lately... */
+    uint64_t held_t;       /* ...the last time it did */
     double inline_load;    /* the load per batch when pf_next took the loads
                               over (or when that did not pay: inline_failed) */
     bool inline_failed;
@@ -2990,8 +2991,8 @@ static void pf__shrink(pf_loader *l) {
 /* Memory follows what runs down, too: once the worker count and the ring
    have held for PF__RING_SETTLE periods and PF__RING_SETTLE_NS with no
    trial on, the grown blocks above what that count needs (its default
-   ring, and a slot a worker beyond the most the caller held at once in
-   that time) go back, newest first, as a failed trial's do. An outside
+   ring, and a slot a worker beyond the most the caller held at once
+   lately) go back, newest first, as a failed trial's do. An outside
    trial: 16 MiB batches whose loads slept 10 ms grew the ring to 23 slots
    for 11 workers, then loads turned free and 1 worker did as well, and the
    23 slots (368 MiB) stayed for the rest of the run, against 3 for 1 fixed
@@ -3004,7 +3005,12 @@ static void pf__shrink(pf_loader *l) {
    alone: with CPU loads flipping it between 1 and 3 every second or two,
    the ring went 7 -> 3 -> 7 slots of 4 MiB each time, the shrink itself
    (a worker unmapping 16 MiB) making the consumer wait, which grew the
-   count again. Lock held. */
+   count again. Both the most workers and the most held are kept for
+   PF__RING_PEAK_NS, and then follow what periods end with: the most held
+   was once kept from the first period of a settled window until a look
+   gave a block back, and a caller that held 20 batches of 1 MiB once,
+   then one at a time with pf_next loading alone (nothing else moves the
+   window), kept 21 slots for good (an outside trial). Lock held. */
 #define PF__RING_SETTLE 8u
 #define PF__RING_SETTLE_NS 1000000000u
 #define PF__RING_PEAK_NS ((uint64_t)4000000000u)
@@ -3015,19 +3021,19 @@ static void pf__ring_follow(pf_loader *l, uint64_t now) {
         l->at.peak_t = now;
     }
     n = l->at.peak_n;
-    if (l->at.steady++ == 0) { /* a window starts */
-        l->at.steady_t0 = now;
-        l->at.held_win = 0;
+    if (l->cons.held_most >= l->at.held_peak || now - l->at.held_t > PF__RING_PEAK_NS) {
+        l->at.held_peak = l->cons.held_most;
+        l->at.held_t = now;
     }
-    if (l->cons.held_most > l->at.held_win) l->at.held_win = l->cons.held_most;
     l->cons.held_most = l->cons.held;
+    if (l->at.steady++ == 0) l->at.steady_t0 = now; /* a window starts */
     if (l->at.steady < PF__RING_SETTLE || now - l->at.steady_t0 < PF__RING_SETTLE_NS || l->at.probing ||
         l->at.help_trial || l->at.park_trial)
         return;
     /* growing first: the growing worker writes ngrown and grown unlocked */
     if (l->ring.growing || !l->ring.ngrown || l->ring.retire_from || l->ring.grow_to > l->ring.nalloc) return;
     want = pf__ring_slots(n, &l->cfg);
-    if (want < l->at.held_win + n + 1) want = l->at.held_win + n + 1;
+    if (want < l->at.held_peak + n + 1) want = l->at.held_peak + n + 1;
     if (l->ring.grown_from[l->ring.ngrown - 1] < want) return; /* the newest block is needed */
     l->ring.shrink_to = want;
     if (l->ring.keep_to > want) l->ring.keep_to = want;

@@ -683,7 +683,7 @@ static bool ring_follow_now(pf_loader *l) {
     pf__take_released(l); /* as pf_next's frame has, before autotune looks: releases are counted */
     l->cons.held_most = l->cons.held;
     l->at.steady = 0;
-    l->at.peak_n = 0; /* no more workers ran lately */
+    l->at.peak_n = l->at.held_peak = 0; /* no more workers ran lately, nor more held */
     for (uint32_t i = 0; i < PF__RING_SETTLE; i++)
         pf__ring_follow(l, i + 1 < PF__RING_SETTLE ? (uint64_t)i : (uint64_t)PF__RING_SETTLE_NS);
     retired = l->ring.retire_from != 0;
@@ -749,6 +749,45 @@ static void test_autotune_ring_follows_the_count_down(void) {
         if (k % 8 == 7) t_sleep_us(1000); /* a worker frees it */
     }
     CHECKF(st.host_slots == 3, "the grown block was not given back: %u slots", st.host_slots);
+    pf_destroy(l);
+}
+
+/* A burst of held batches is kept in the ring for PF__RING_PEAK_NS, as
+   the most workers are, and then given back: the most held was kept
+   from the first period of a settled window until a look gave a block
+   back, and with nothing else moving the window (pf_next loading alone,
+   an outside trial) a caller that once held 20 batches of 1 MiB kept 21
+   slots for good. Looks every 0.2 s, driven by hand. */
+static void test_autotune_ring_forgets_a_burst_of_held_batches(void) {
+    pf_config cfg = t_config_base(1000, 1, (size_t)1 << 20, 1);
+    pf_loader *l;
+    uint32_t k, given_back = 0;
+    cfg.load = nothing;
+    cfg.autotune = 1;
+    cfg.num_workers = 4;
+    cfg.host_slots = 9;
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    if (!l) return;
+    pf__lock(&l->sync.mu);
+    ring_grow_to(l, 9); /* as a caller holding 6 at once grew it */
+    CHECK_EQ(l->ring.grown_from[l->ring.ngrown - 1], 3u);
+    l->at.active = 1;
+    l->at.steady = 0;
+    l->at.peak_n = l->at.held_peak = 0;
+    for (k = 0; k < 60 && !given_back; k++) { /* 12 s of looks */
+        uint64_t now = (uint64_t)k * 200000000u;
+        l->cons.held_most = k == 0 ? 6u : 1u; /* 6 held at once in the first period, 1 since */
+        pf__ring_follow(l, now);
+        if (l->ring.retire_from) given_back = k;
+        /* kept while the burst is recent: 6 held and a worker need 8 */
+        CHECKF(l->ring.retire_from == 0 || now > PF__RING_PEAK_NS, "the burst's slots went back at %.1f s",
+               (double)now / 1e9);
+    }
+    CHECKF(given_back, "held 6 once, 1 for 12 s since: the ring kept %u slots (newest block from %u)",
+           l->ring.nalloc, l->ring.grown_from[l->ring.ngrown - 1]);
+    CHECK_EQ(l->ring.retire_from, 3u);
+    pf__unlock(&l->sync.mu);
     pf_destroy(l);
 }
 
@@ -3346,6 +3385,7 @@ static const h_test tests[] = {
     {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
+    {"autotune_ring_forgets_a_burst_of_held_batches", test_autotune_ring_forgets_a_burst_of_held_batches},
     {"freed_slots_leave_the_process", test_freed_slots_leave_the_process},
     {"pf_next_alone_wakes_when_the_ring_grows", test_pf_next_alone_wakes_when_the_ring_grows},
     {"run_len_counts_what_is_free", test_run_len_counts_what_is_free},
