@@ -1420,6 +1420,7 @@ typedef struct pf__worker {
     bool live;              /* worker_init ran, worker_stop is owed       */
     pf__slot *slot;         /* the current job's slot (>>samples)         */
     uint64_t est_ns;        /* its loads' smoothed duration (pf__run_len) */
+    uint64_t slot_wait_t0;  /* its wait for a free slot began (0: none), counted up to here (pf__wait_flush) */
     uint32_t nloads;        /* loads it made: some are asked if they slept (pf__cap_ask) */
     uint32_t appends, nskip;
     size_t used;
@@ -4043,7 +4044,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             continue;
         }
         if (claim != PF__CLAIM_OK) {
-            uint64_t t0 = now;
+            if (claim == PF__CLAIM_NO_SLOT) w->slot_wait_t0 = now;
             /* a worker spins only on a small ring: on one of 8 slots or more
                it is woken a batch of free slots at a time (pf__wake_workers),
                a wake that many loads share, while its spin would take a CPU
@@ -4055,7 +4056,10 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
                 pf__wait(l, PF__ROLE_WORKER, NULL);
             }
             now = pf__now_ns();
-            if (claim == PF__CLAIM_NO_SLOT) l->st.worker_wait_ns += now - t0;
+            if (claim == PF__CLAIM_NO_SLOT) {
+                if (now > w->slot_wait_t0) l->st.worker_wait_ns += now - w->slot_wait_t0;
+                w->slot_wait_t0 = 0;
+            }
             continue;
         }
         run[0] = s;
@@ -4201,8 +4205,21 @@ static void pf__wait_begins(pf_loader *l, uint64_t now) {
    it so far, so autotune's periods and pf_get_stats see the waiting as it
    happens (else a period reads 0%, and the span's close reads thousands of
    percent). Host backend only: there every wait is for input, while on
-   CUDA a span's kind is settled when it ends. Lock held. */
+   CUDA a span's kind is settled when it ends. And so for the workers'
+   waits for a free slot, which autotune reads as their idle share: a
+   wait was counted when it ended, and woken a batch of free slots at a
+   time, 16 workers of 1 ms loads beside a 500 us step waited for whole
+   periods, which read 0% idle and then 300%, never three in a row over
+   half: the workers never parked (an outside trial). Lock held. */
 static void pf__wait_flush(pf_loader *l, uint64_t now) {
+    uint32_t i;
+    for (i = 0; i < l->cfg.num_workers; i++) {
+        pf__worker *w = &l->pool.w[i];
+        if (w->slot_wait_t0 && now > w->slot_wait_t0) {
+            l->st.worker_wait_ns += now - w->slot_wait_t0;
+            w->slot_wait_t0 = now;
+        }
+    }
     pf__settle_untimed(l, now);
     if (!l->st.waiters || l->ops->taker != PF__ROLE_CONSUMER || now <= l->st.wait_since) return;
     l->st.wait_input_ns += now - l->st.wait_since;
