@@ -1399,6 +1399,7 @@ typedef struct pf__slot {
     uint64_t seq, ticket, started_ns;
     uint64_t call_ns;     /* cfg.load itself, for autotune's inline choice */
     signed char slept;    /* that load slept: 1, did not: 0, not asked: -1 (pf__cpu_cap) */
+    uint64_t asked_ns, off_cpu_ns; /* an asked load's time, and how much of it was off the CPU */
     bool indexed;         /* b's indices are in (pf__index_run): its claim's batch */
     uint32_t worker, index;
     uint32_t next_released; /* the released stack below it (pf__release_host) */
@@ -1560,6 +1561,7 @@ typedef struct pf__ring {
     uint64_t load_est;           /* a load's time (call_ns), smoothed: pf__may_help */
     uint32_t cap_samples;        /* loads asked if they slept (pf__cpu_cap)... */
     uint32_t slept_share;        /* ...and the share that did, smoothed, of 1024 */
+    uint64_t asked_ns, off_cpu_ns; /* ...their time and its part off the CPU, smoothed */
     bool capped;                 /* only ncpu workers load: the loads never sleep */
     bool cap_plus;               /* ...and one more, pf_next not loading (pf__cap_n) */
     bool cap_busy;               /* ...or one less: the caller keeps a CPU busy */
@@ -2220,17 +2222,21 @@ static bool pf__cpu_free(const pf_loader *l) {
 }
 
 /* How many times this thread has slept (its voluntary context switches,
-   as the kernel counts them); -1: unknown. Read before and after a load:
-   one that never sleeps is all CPU (a decode, a read from the page
-   cache), and more of them at once than cores only take turns
-   (pf__cpu_cap). */
-static long pf__sleeps(void) {
+   as the kernel counts them), and its CPU time in *cpu_ns; -1: unknown.
+   Read before and after a load: one that never sleeps is all CPU (a
+   decode, a read from the page cache), and more of them at once than
+   cores only take turns (pf__cpu_cap). */
+static long pf__sleeps(uint64_t *cpu_ns) {
 #if defined(__linux__)
     struct rusage ru;
     /* 1 is RUSAGE_THREAD in the kernel's ABI (declared only with
        _GNU_SOURCE), since Linux 2.6.26 */
-    return getrusage(1, &ru) == 0 ? ru.ru_nvcsw : -1;
+    if (getrusage(1, &ru) != 0) return -1;
+    *cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+              ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+    return ru.ru_nvcsw;
 #else
+    (void)cpu_ns;
     return -1;
 #endif
 }
@@ -3711,27 +3717,45 @@ static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
     n = w->nloads++;
     return n < PF__CAP_SAMPLES || n % every == 0;
 }
-static void pf__cpu_cap(pf_loader *l, bool slept) {
+/* The verdict goes by the loads that slept and by the time they slept:
+   1 load in 8 sleeping 5 ms (a page-cache miss) among 1 MiB copies is
+   off the CPU 9/10 of its time, yet by the count alone it flapped (a
+   share of 1 in 8 smoothed over 16 loads passed under 1 in 32 now and
+   then, and rarely over 1 in 4): autotune went 15 -> 1 worker at 0.24-
+   0.35x of 16 fixed ones (an outside trial). Capped only where under 1 in
+   32 loads slept and under 1/8 of their time was off the CPU; lifted
+   where over 1 in 4 slept or over 1/4 of the time was. The time is
+   smoothed over some 64 asked loads, each weighed by its length, so one
+   long sleep counts for many short copies (over 16, 50 copies in a row,
+   which 1 in 8 sleeping has now and then, capped it: a verdict that loads
+   turned all CPU now comes some 130 asked loads late, and the count's
+   share still lifts it at once). */
+static void pf__cpu_cap(pf_loader *l, const pf__slot *s) {
     uint32_t share = l->ring.slept_share, n = pf__cap_n(l);
-    share = share - share / 16 + (slept ? 1024u / 16 : 0);
+    bool never, sleeps;
+    share = share - share / 16 + (s->slept > 0 ? 1024u / 16 : 0);
     l->ring.slept_share = share;
+    l->ring.asked_ns = l->ring.asked_ns - l->ring.asked_ns / 64 + s->asked_ns;
+    l->ring.off_cpu_ns = l->ring.off_cpu_ns - l->ring.off_cpu_ns / 64 + s->off_cpu_ns;
+    never = share < 1024u / 32 && l->ring.off_cpu_ns < l->ring.asked_ns / 8;
+    sleeps = share > 1024u / 4 || l->ring.off_cpu_ns > l->ring.asked_ns / 4;
     if (n > l->cfg.num_workers) n = l->cfg.num_workers;
     if (l->ring.cap_samples < PF__CAP_SAMPLES) l->ring.cap_samples++;
     if (l->cfg.autotune) { /* the verdict alone: autotune counts its workers */
-        if (l->ring.cap_samples >= PF__CAP_SAMPLES && share < 1024u / 32) l->ring.capped = true;
-        else if (share > 1024u / 4) l->ring.capped = false;
+        if (l->ring.cap_samples >= PF__CAP_SAMPLES && never) l->ring.capped = true;
+        else if (sleeps) l->ring.capped = false;
         return;
     }
-    if (!l->ring.capped && l->ring.cap_samples >= PF__CAP_SAMPLES && share < 1024u / 32) {
+    if (!l->ring.capped && l->ring.cap_samples >= PF__CAP_SAMPLES && never) {
         l->ring.capped = true;
         l->at.active = n; /* the rest park at their next claim */
         if (n < l->cfg.num_workers)
             pf__format(l->at.msg, sizeof l->at.msg, "workers: loads never sleep and %u CPUs: %u of %u workers load at a time",
                        (unsigned)l->sync.ncpu, (unsigned)n, (unsigned)l->cfg.num_workers);
-    } else if (l->ring.capped && share <= 1024u / 4 && n != l->at.active) { /* pf_next or the caller changed */
+    } else if (l->ring.capped && !sleeps && n != l->at.active) { /* pf_next or the caller changed */
         if (n > l->at.active) pf__wake(l, PF__ROLE_PARKED);
         l->at.active = n;
-    } else if (l->ring.capped && share > 1024u / 4) {
+    } else if (l->ring.capped && sleeps) {
         l->ring.capped = false;
         l->at.active = l->cfg.num_workers;
         pf__wake(l, PF__ROLE_PARKED);
@@ -3865,13 +3889,14 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     pf_job job;
     int rc;
     long sleeps;
-    uint64_t now;
+    uint64_t now, cpu0 = 0, cpu1 = 0, asked_t0 = 0;
     pf__worker_up(l, w);
     pf__fill_job(l, s, w, &job);
     w->msg[0] = '\0';
     w->failed = false;
     PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
-    sleeps = pf__cap_ask(l, w) ? pf__sleeps() : -1; /* did this load sleep? (pf__cpu_cap) */
+    sleeps = pf__cap_ask(l, w) ? pf__sleeps(&cpu0) : -1; /* did this load sleep? (pf__cpu_cap) */
+    if (sleeps >= 0) asked_t0 = pf__now_ns(); /* and for how long: start and est may be a run's estimates */
     now = start ? start : pf__now_ns();
     rc = l->cfg.load(l->cfg.user, &job);
     if (w->failed && rc == 0) rc = -1; /* pf_job_fail said so: the batch failed, whatever load returned */
@@ -3879,9 +3904,15 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     s->call_ns = est ? est : pf__now_ns() - now;
     s->slept = -1;
     if (sleeps >= 0) {
-        long after = pf__sleeps();
+        long after = pf__sleeps(&cpu1);
         /* cppcheck-suppress knownConditionTrueFalse ; -1 only where getrusage cannot say */
-        if (after >= 0) s->slept = (signed char)(after > sleeps ? 1 : 0);
+        if (after >= 0) {
+            s->slept = (signed char)(after > sleeps ? 1 : 0);
+            s->asked_ns = pf__now_ns() - asked_t0;
+            /* off the CPU: what it did not spend on it, where it slept (the
+               CPU time's microseconds are noise under that) */
+            s->off_cpu_ns = s->slept && s->asked_ns > cpu1 - cpu0 ? s->asked_ns - (cpu1 - cpu0) : 0;
+        }
     }
     now += s->call_ns;
     PF__RANGE_POP();
@@ -3913,7 +3944,7 @@ static void pf__loaded(pf_loader *l, pf__slot *s, uint64_t end) {
     l->st.load_ns += end - s->started_ns;
     l->st.call_ns += s->call_ns;
     l->ring.load_est = l->ring.load_est ? l->ring.load_est - l->ring.load_est / 8 + s->call_ns / 8 : s->call_ns + 1;
-    if (s->slept >= 0) pf__cpu_cap(l, s->slept > 0);
+    if (s->slept >= 0) pf__cpu_cap(l, s);
     pf__publish(l, s, end);
 }
 

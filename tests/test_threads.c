@@ -1378,6 +1378,51 @@ static void test_cpu_cap_count(void) {
     pf_destroy(l);
 }
 
+/* The cap's verdict goes by the time loads slept as well as by how many
+   did: 1 load in 8 sleeping 5 ms among 80 us copies is off the CPU most
+   of its time, and is never capped (by the count alone it flapped, and
+   autotune went 15 -> 1 worker at 0.24-0.35 of 16 fixed: an outside
+   trial); 1 in 2000 sleeping 20 us among 80 us loads is all CPU, capped
+   and kept so; loads that turn to sleeping half their time lift it. */
+static bool cap_after(pf_loader *l, uint32_t loads, uint32_t sleep_every, uint64_t sleep_ns, uint32_t *flips) {
+    pf__slot s;
+    uint32_t k;
+    bool was;
+    memset(&s, 0, sizeof s);
+    pf__lock(&l->sync.mu);
+    was = l->ring.capped;
+    for (k = 0; k < loads; k++) {
+        bool slept = sleep_every && pf__mix(k) % sleep_every == 0; /* at random, as a page-cache miss comes */
+        s.slept = slept ? 1 : 0;
+        s.asked_ns = 80000u + (slept ? sleep_ns : 0);
+        s.off_cpu_ns = slept ? sleep_ns : 0;
+        pf__cpu_cap(l, &s);
+        if (flips && l->ring.capped != was) ++*flips, was = l->ring.capped;
+    }
+    was = l->ring.capped;
+    pf__unlock(&l->sync.mu);
+    return was;
+}
+static void test_cpu_cap_weighs_the_time_slept(void) {
+    for (int at = 0; at < 2; at++) { /* a fixed count (16 workers, 2 CPUs) and autotune's verdict */
+        pf_loader *l = judged_loader(16, at == 1);
+        uint32_t flips = 0;
+        pf__lock(&l->sync.mu);
+        l->sync.ncpu = 2;
+        pf__unlock(&l->sync.mu);
+        /* the first verdict comes after 8 loads, which may all be copies:
+           lifted by the first sleep; none after that */
+        cap_after(l, 200, 8, 5000000u, NULL);
+        CHECKF(!cap_after(l, 20000, 8, 5000000u, &flips) && flips == 0,
+               "1 load in 8 sleeping 5 ms: capped at the end %d, %u flips (autotune %d)", (int)l->ring.capped, flips, at);
+        CHECKF(cap_after(l, 2000, 2000, 20000u, NULL), "1 load in 2000 sleeping 20 us: not capped (autotune %d)", at);
+        flips = 0;
+        CHECKF(cap_after(l, 20000, 2000, 20000u, &flips) && flips == 0, "...and %u flips since (autotune %d)", flips, at);
+        CHECKF(!cap_after(l, 200, 2, 80000u, NULL), "loads that sleep half their time stay capped (autotune %d)", at);
+        pf_destroy(l);
+    }
+}
+
 /* pf_next loading beside the workers counts as a loader when autotune
    grows the count: 2 workers plus pf_next is 3 loaders, so the trial goes
    past 3 (up to 6), which would only take over pf_next's loads (I/O
@@ -3387,6 +3432,7 @@ static const h_test tests[] = {
     {"autotune_past_the_cpus_from_a_steady_period", test_autotune_past_the_cpus_from_a_steady_period},
     {"autotune_counts_pf_next_as_a_loader", test_autotune_counts_pf_next_as_a_loader},
     {"cpu_cap_count", test_cpu_cap_count},
+    {"cpu_cap_weighs_the_time_slept", test_cpu_cap_weighs_the_time_slept},
     {"autotune_a_worker_per_cpu_for_pf_next_share", test_autotune_a_worker_per_cpu_for_pf_next_share},
     {"autotune_big_step_needs_a_big_gain", test_autotune_big_step_needs_a_big_gain},
     {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
