@@ -3724,21 +3724,22 @@ static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
    then, and rarely over 1 in 4): autotune went 15 -> 1 worker at 0.24-
    0.35x of 16 fixed ones (an outside trial). Capped only where under 1 in
    32 loads slept and under 1/8 of their time was off the CPU; lifted
-   where over 1 in 4 slept or over 1/4 of the time was. The time is
-   smoothed over some 64 asked loads, each weighed by its length, so one
+   where over 1 in 4 slept or over half the time was. The time is
+   smoothed over some 32 asked loads, each weighed by its length, so one
    long sleep counts for many short copies (over 16, 50 copies in a row,
-   which 1 in 8 sleeping has now and then, capped it: a verdict that loads
-   turned all CPU now comes some 130 asked loads late, and the count's
-   share still lifts it at once). */
+   which 1 in 8 sleeping has now and then, capped it; over 64, loads that
+   turned all CPU were capped only some 100 asked loads later). Lifted
+   over a quarter of the time, 200 us CPU loads that slept 300 us 1 in 50
+   flapped on a busy machine, where a sleep takes milliseconds. */
 static void pf__cpu_cap(pf_loader *l, const pf__slot *s) {
     uint32_t share = l->ring.slept_share, n = pf__cap_n(l);
     bool never, sleeps;
     share = share - share / 16 + (s->slept > 0 ? 1024u / 16 : 0);
     l->ring.slept_share = share;
-    l->ring.asked_ns = l->ring.asked_ns - l->ring.asked_ns / 64 + s->asked_ns;
-    l->ring.off_cpu_ns = l->ring.off_cpu_ns - l->ring.off_cpu_ns / 64 + s->off_cpu_ns;
+    l->ring.asked_ns = l->ring.asked_ns - l->ring.asked_ns / 32 + s->asked_ns;
+    l->ring.off_cpu_ns = l->ring.off_cpu_ns - l->ring.off_cpu_ns / 32 + s->off_cpu_ns;
     never = share < 1024u / 32 && l->ring.off_cpu_ns < l->ring.asked_ns / 8;
-    sleeps = share > 1024u / 4 || l->ring.off_cpu_ns > l->ring.asked_ns / 4;
+    sleeps = share > 1024u / 4 || l->ring.off_cpu_ns > l->ring.asked_ns / 2;
     if (n > l->cfg.num_workers) n = l->cfg.num_workers;
     if (l->ring.cap_samples < PF__CAP_SAMPLES) l->ring.cap_samples++;
     if (l->cfg.autotune) { /* the verdict alone: autotune counts its workers */
@@ -3910,8 +3911,15 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
             s->slept = (signed char)(after > sleeps ? 1 : 0);
             s->asked_ns = pf__now_ns() - asked_t0;
             /* off the CPU: what it did not spend on it, where it slept (the
-               CPU time's microseconds are noise under that) */
+               CPU time's microseconds are noise under that), counted up to
+               4 of this worker's loads: on a busy machine a 300 us sleep
+               among 200 us CPU loads woke 10 ms late now and then, and
+               such a sleep is a wait for a core, not a disk */
             s->off_cpu_ns = s->slept && s->asked_ns > cpu1 - cpu0 ? s->asked_ns - (cpu1 - cpu0) : 0;
+            if (w->est_ns && s->off_cpu_ns > 4 * w->est_ns) { /* and the load as long as that */
+                s->asked_ns -= s->off_cpu_ns - 4 * w->est_ns;
+                s->off_cpu_ns = 4 * w->est_ns;
+            }
         }
     }
     now += s->call_ns;
