@@ -1399,7 +1399,7 @@ typedef struct pf__slot {
     uint64_t seq, ticket, started_ns;
     uint64_t call_ns;     /* cfg.load itself, for autotune's inline choice */
     signed char slept;    /* that load slept: 1, did not: 0, not asked: -1 (pf__cpu_cap) */
-    uint64_t asked_ns, off_cpu_ns; /* an asked load's time, and how much of it was off the CPU */
+    uint64_t on_cpu_ns, off_cpu_ns; /* an asked load's CPU time, and the time it slept */
     bool indexed;         /* b's indices are in (pf__index_run): its claim's batch */
     uint32_t worker, index;
     uint32_t next_released; /* the released stack below it (pf__release_host) */
@@ -1561,7 +1561,8 @@ typedef struct pf__ring {
     uint64_t load_est;           /* a load's time (call_ns), smoothed: pf__may_help */
     uint32_t cap_samples;        /* loads asked if they slept (pf__cpu_cap)... */
     uint32_t slept_share;        /* ...and the share that did, smoothed, of 1024 */
-    uint64_t asked_ns, off_cpu_ns; /* ...their time and its part off the CPU, smoothed */
+    uint64_t on_cpu_ns, off_cpu_ns; /* ...their CPU time and the time they slept, smoothed */
+    uint32_t awake_run, gap16;   /* ...asked loads since one slept, and 16x that at a sleep, smoothed over 16 */
     bool capped;                 /* only ncpu workers load: the loads never sleep */
     bool cap_plus;               /* ...and one more, pf_next not loading (pf__cap_n) */
     bool cap_busy;               /* ...or one less: the caller keeps a CPU busy */
@@ -2222,21 +2223,19 @@ static bool pf__cpu_free(const pf_loader *l) {
 }
 
 /* How many times this thread has slept (its voluntary context switches,
-   as the kernel counts them), and its CPU time in *cpu_ns; -1: unknown.
-   Read before and after a load: one that never sleeps is all CPU (a
-   decode, a read from the page cache), and more of them at once than
-   cores only take turns (pf__cpu_cap). */
-static long pf__sleeps(uint64_t *cpu_ns) {
+   as the kernel counts them); -1: unknown. Read before and after a load:
+   one that never sleeps is all CPU (a decode, a read from the page
+   cache), and more of them at once than cores only take turns
+   (pf__cpu_cap). (Its CPU times are the scheduler's as of its last tick
+   or switch: 0 for most loads under a tick, so a load's CPU time is
+   read from the thread's CPU clock, which brings it up to date.) */
+static long pf__sleeps(void) {
 #if defined(__linux__)
     struct rusage ru;
     /* 1 is RUSAGE_THREAD in the kernel's ABI (declared only with
        _GNU_SOURCE), since Linux 2.6.26 */
-    if (getrusage(1, &ru) != 0) return -1;
-    *cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
-              ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
-    return ru.ru_nvcsw;
+    return getrusage(1, &ru) == 0 ? ru.ru_nvcsw : -1;
 #else
-    (void)cpu_ns;
     return -1;
 #endif
 }
@@ -3619,7 +3618,7 @@ static void pf__autotune(pf_loader *l) {
    cache here slept once in 2000; an outside trial's load sleeping 1 in 50
    flapped 100 times a second when one sleep in 8 lifted it). Not with
    autotune, which counts its own workers. Lock held. */
-#define PF__CAP_ASK_NS 2000u   /* asking costs two system calls, 1 us each here: */
+#define PF__CAP_ASK_NS 2000u   /* asking costs four system calls, 2 us in all here: */
 #define PF__CAP_EVERY 8u       /* 1 load in 8 is asked, of 1 in 10 times the  */
 #define PF__CAP_DEAR_NS ((uint64_t)10 * PF__CAP_EVERY * PF__CAP_ASK_NS) /* asking or more; cheaper, rarer */
 #define PF__CAP_SAMPLES 8u     /* loads asked before the first verdict     */
@@ -3723,23 +3722,33 @@ static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
    share of 1 in 8 smoothed over 16 loads passed under 1 in 32 now and
    then, and rarely over 1 in 4): autotune went 15 -> 1 worker at 0.24-
    0.35x of 16 fixed ones (an outside trial). Capped only where under 1 in
-   32 loads slept and under 1/8 of their time was off the CPU; lifted
-   where over 1 in 4 slept or over half the time was. The time is
-   smoothed over some 32 asked loads, each weighed by its length, so one
-   long sleep counts for many short copies (over 16, 50 copies in a row,
-   which 1 in 8 sleeping has now and then, capped it; over 64, loads that
-   turned all CPU were capped only some 100 asked loads later). Lifted
-   over a quarter of the time, 200 us CPU loads that slept 300 us 1 in 50
-   flapped on a busy machine, where a sleep takes milliseconds. */
+   32 loads slept and they slept under 1/8 of their time (CPU time and
+   sleep); lifted where over 1 in 4 slept or they slept over a third of
+   it. The times are smoothed over some 128 asked loads, so one long
+   sleep counts for many short copies: over 32, 1 load in 20 sleeping 10
+   ms among 500 us CPU loads was capped and lifted 12-21 times in 10 s,
+   whenever 46 asked loads in a row had not slept. Loads that turned all
+   CPU are capped sooner by the gap since the last sleep. */
 static void pf__cpu_cap(pf_loader *l, const pf__slot *s) {
     uint32_t share = l->ring.slept_share, n = pf__cap_n(l);
     bool never, sleeps;
     share = share - share / 16 + (s->slept > 0 ? 1024u / 16 : 0);
     l->ring.slept_share = share;
-    l->ring.asked_ns = l->ring.asked_ns - l->ring.asked_ns / 32 + s->asked_ns;
-    l->ring.off_cpu_ns = l->ring.off_cpu_ns - l->ring.off_cpu_ns / 32 + s->off_cpu_ns;
-    never = share < 1024u / 32 && l->ring.off_cpu_ns < l->ring.asked_ns / 8;
-    sleeps = share > 1024u / 4 || l->ring.off_cpu_ns > l->ring.asked_ns / 2;
+    l->ring.on_cpu_ns = l->ring.on_cpu_ns - l->ring.on_cpu_ns / 128 + s->on_cpu_ns;
+    l->ring.off_cpu_ns = l->ring.off_cpu_ns - l->ring.off_cpu_ns / 128 + s->off_cpu_ns;
+    if (s->slept > 0) {
+        l->ring.gap16 = l->ring.gap16 - l->ring.gap16 / 16 + l->ring.awake_run;
+        l->ring.awake_run = 0;
+    } else if (l->ring.awake_run < UINT32_MAX / 16) {
+        l->ring.awake_run++;
+    }
+    /* all CPU: 1/8 of the time asleep at most, or no sleep for 16 times
+       the usual gap between sleeps (and 16 loads): loads that turned all
+       CPU are capped in some 16 asked loads, not the hundreds the time's
+       smoothing takes */
+    never = share < 1024u / 32 && (7 * l->ring.off_cpu_ns <= l->ring.on_cpu_ns ||
+                                   (l->ring.awake_run >= 2 * PF__CAP_SAMPLES && l->ring.awake_run >= l->ring.gap16));
+    sleeps = share > 1024u / 4 || 2 * l->ring.off_cpu_ns > l->ring.on_cpu_ns; /* over 1/3 asleep */
     if (n > l->cfg.num_workers) n = l->cfg.num_workers;
     if (l->ring.cap_samples < PF__CAP_SAMPLES) l->ring.cap_samples++;
     if (l->cfg.autotune) { /* the verdict alone: autotune counts its workers */
@@ -3896,8 +3905,11 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     w->msg[0] = '\0';
     w->failed = false;
     PF__RANGE_PUSH("load epoch %llu batch %llu", (unsigned long long)s->b.epoch, (unsigned long long)s->b.batch);
-    sleeps = pf__cap_ask(l, w) ? pf__sleeps(&cpu0) : -1; /* did this load sleep? (pf__cpu_cap) */
-    if (sleeps >= 0) asked_t0 = pf__now_ns(); /* and for how long: start and est may be a run's estimates */
+    sleeps = pf__cap_ask(l, w) ? pf__sleeps() : -1; /* did this load sleep? (pf__cpu_cap) */
+    if (sleeps >= 0) { /* and for how long: start and est may be a run's estimates */
+        cpu0 = pf__thread_cpu_ns();
+        asked_t0 = pf__now_ns();
+    }
     now = start ? start : pf__now_ns();
     rc = l->cfg.load(l->cfg.user, &job);
     if (w->failed && rc == 0) rc = -1; /* pf_job_fail said so: the batch failed, whatever load returned */
@@ -3905,21 +3917,25 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     s->call_ns = est ? est : pf__now_ns() - now;
     s->slept = -1;
     if (sleeps >= 0) {
-        long after = pf__sleeps(&cpu1);
+        long after = pf__sleeps();
+        uint64_t took = pf__now_ns() - asked_t0;
+        cpu1 = pf__thread_cpu_ns();
         /* cppcheck-suppress knownConditionTrueFalse ; -1 only where getrusage cannot say */
-        if (after >= 0) {
+        if (after >= 0 && cpu0 != UINT64_MAX && cpu1 != UINT64_MAX && cpu1 >= cpu0) {
             s->slept = (signed char)(after > sleeps ? 1 : 0);
-            s->asked_ns = pf__now_ns() - asked_t0;
-            /* off the CPU: what it did not spend on it, where it slept (the
-               CPU time's microseconds are noise under that), counted up to
-               4 of this worker's loads: on a busy machine a 300 us sleep
-               among 200 us CPU loads woke 10 ms late now and then, and
-               such a sleep is a wait for a core, not a disk */
-            s->off_cpu_ns = s->slept && s->asked_ns > cpu1 - cpu0 ? s->asked_ns - (cpu1 - cpu0) : 0;
-            if (w->est_ns && s->off_cpu_ns > 4 * w->est_ns) { /* and the load as long as that */
-                s->asked_ns -= s->off_cpu_ns - 4 * w->est_ns;
-                s->off_cpu_ns = 4 * w->est_ns;
-            }
+            /* its CPU time, and where it slept, the rest of its time (the
+               CPU time's microseconds are noise under that), up to 4 of
+               this worker's loads: on a busy machine a 300 us sleep among
+               200 us CPU loads woke 10 ms late now and then, and such a
+               wait is for a core, not a disk. Not the load's time on the
+               clock: CPU loads sharing the cores take longer by it, and
+               the share of time asleep went down as more workers loaded
+               and up as fewer did (1 load in 20 sleeping 10 ms among 500
+               us CPU loads, 16 workers: capped and lifted 4-22 times in
+               10 s, an outside trial) */
+            s->on_cpu_ns = cpu1 - cpu0;
+            s->off_cpu_ns = s->slept && took > s->on_cpu_ns ? took - s->on_cpu_ns : 0;
+            if (w->est_ns && s->off_cpu_ns > 4 * w->est_ns) s->off_cpu_ns = 4 * w->est_ns;
         }
     }
     now += s->call_ns;

@@ -1382,8 +1382,10 @@ static void test_cpu_cap_count(void) {
    did: 1 load in 8 sleeping 5 ms among 80 us copies is off the CPU most
    of its time, and is never capped (by the count alone it flapped, and
    autotune went 15 -> 1 worker at 0.24-0.35 of 16 fixed: an outside
-   trial); 1 in 2000 sleeping 20 us among 80 us loads is all CPU, capped
-   and kept so; loads that turn to sleeping half their time lift it. */
+   trial), nor is 1 in 20 sleeping 1.6 ms; 1 in 2000 sleeping 20 us
+   among 80 us loads is all CPU, capped (soon: by the gap since a load
+   last slept) and kept so; loads that turn to sleeping half their time
+   lift it. */
 static bool cap_after(pf_loader *l, uint32_t loads, uint32_t sleep_every, uint64_t sleep_ns, uint32_t *flips) {
     pf__slot s;
     uint32_t k;
@@ -1394,7 +1396,7 @@ static bool cap_after(pf_loader *l, uint32_t loads, uint32_t sleep_every, uint64
     for (k = 0; k < loads; k++) {
         bool slept = sleep_every && pf__mix(k) % sleep_every == 0; /* at random, as a page-cache miss comes */
         s.slept = slept ? 1 : 0;
-        s.asked_ns = 80000u + (slept ? sleep_ns : 0);
+        s.on_cpu_ns = 80000u;
         s.off_cpu_ns = slept ? sleep_ns : 0;
         pf__cpu_cap(l, &s);
         if (flips && l->ring.capped != was) ++*flips, was = l->ring.capped;
@@ -1415,6 +1417,13 @@ static void test_cpu_cap_weighs_the_time_slept(void) {
         cap_after(l, 200, 8, 5000000u, NULL);
         CHECKF(!cap_after(l, 20000, 8, 5000000u, &flips) && flips == 0,
                "1 load in 8 sleeping 5 ms: capped at the end %d, %u flips (autotune %d)", (int)l->ring.capped, flips, at);
+        /* half the time asleep, sleeps 1 in 20: 46 loads in a row that do
+           not sleep (1 in 10 sleeps has that) capped it when the time was
+           smoothed over 32 asked loads */
+        cap_after(l, 400, 20, 1600000u, NULL);
+        flips = 0;
+        CHECKF(!cap_after(l, 20000, 20, 1600000u, &flips) && flips == 0,
+               "1 load in 20 sleeping 1.6 ms: capped at the end %d, %u flips (autotune %d)", (int)l->ring.capped, flips, at);
         CHECKF(cap_after(l, 2000, 2000, 20000u, NULL), "1 load in 2000 sleeping 20 us: not capped (autotune %d)", at);
         flips = 0;
         CHECKF(cap_after(l, 20000, 2000, 20000u, &flips) && flips == 0, "...and %u flips since (autotune %d)", flips, at);
