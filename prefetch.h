@@ -1665,6 +1665,7 @@ typedef struct pf__tuner {
     double cap_load;       /* ...while the load per batch stays near this  */
     uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
     uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
+    bool cap_cpu;          /* ...set while the loads never slept (ring.capped) */
     bool small_steps;      /* the last trial failed or gained under half its
                               rise: trials step by a quarter, not doubling... */
     double steps_load;     /* ...while the load per batch stays near this  */
@@ -3283,6 +3284,12 @@ static void pf__autotune(pf_loader *l) {
     /* the load changed (pf__load_moved): the verdicts taken on it go */
     if (pf__load_moved(&l->at.cap_streak, l->at.cap < limit, load_pb, l->at.cap_load))
         l->at.cap = limit, l->at.cap_backoff = 0;
+    /* a ceiling set while the loads never slept, never tried again, goes
+       once they sleep: 1 load in 8 sleeping 5 ms among 1 MiB copies had
+       its first 8 asked loads all copies, failed a trial of 2 workers on
+       that verdict, and ran on 1 worker for good (0.22 of 16 fixed, 1 run
+       in 8), the cap long lifted */
+    if (l->at.cap < limit && l->at.cap_cpu && !l->ring.capped) l->at.cap = limit, l->at.cap_cpu = false;
     if (pf__load_moved(&l->at.steps_streak, l->at.small_steps, load_pb, l->at.steps_load)) l->at.small_steps = false;
     if (pf__load_moved(&l->at.swap_streak, l->at.swap && l->at.swap != PF__SWAP_TRIAL, load_pb, l->at.swap_load))
         l->at.swap = 0;
@@ -3488,6 +3495,7 @@ static void pf__autotune(pf_loader *l) {
                Never past the CPUs with loads that never sleep (each
                retry's block would show in the memory a run peaks at) */
             l->at.cap_backoff = l->ring.capped ? 0 : pf__backoff(l->at.cap_backoff, PF__AT_RETRY, PF__AT_RETRY_MAX);
+            l->at.cap_cpu = l->ring.capped;
             l->at.cap_wait = l->at.cap_backoff;
             /* and the slots the trial added go back (pf__shrink) */
             if (l->ring.grow_to > l->ring.nalloc && !l->ring.growing) l->ring.grow_to = l->ring.nalloc;

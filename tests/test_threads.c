@@ -1144,6 +1144,20 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
     pf_destroy(l);
 }
 
+/* A ceiling a failed trial set while the loads never slept (not tried
+   again while they do not) goes once they sleep: a first verdict on 8
+   copies, then 1 load in 8 sleeping 5 ms, ran on 1 worker for good (an
+   outside trial). */
+static void test_autotune_cpu_ceiling_goes_when_loads_sleep(void) {
+    pf_loader *l = judged_loader(16, true);
+    judged p = {.workers = 2, .last_n = 2, .cpu = true, .trial_from = 1, .trial_thr = 1000, .probe_more = true};
+    CHECK_EQ(judged_period(l, &p), 1u); /* failed: back to 1, a ceiling at 1 */
+    CHECK_EQ(p.cap, 1u);
+    CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cap = 1, .cpu = true), 1u); /* the loads never sleep: held */
+    CHECK(JUDGED(.workers = 1, .last_n = 1, .cap = 1) > 1u);                /* they sleep: tried again */
+    pf_destroy(l);
+}
+
 /* A trial is judged against the better of its period and the one before
    only where the one before is of the same loads and not twice as fast: a
    memcpy phase's 700k batches/s before 1 ms loads undid every trial of
@@ -3446,6 +3460,7 @@ static const h_test tests[] = {
     {"autotune_big_step_needs_a_big_gain", test_autotune_big_step_needs_a_big_gain},
     {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
     {"autotune_baseline_of_the_same_loads", test_autotune_baseline_of_the_same_loads},
+    {"autotune_cpu_ceiling_goes_when_loads_sleep", test_autotune_cpu_ceiling_goes_when_loads_sleep},
     {"autotune_retries_a_failed_trial", test_autotune_retries_a_failed_trial},
     {"autotune_trial_ring", test_autotune_trial_ring},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
