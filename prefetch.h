@@ -3907,7 +3907,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     pf_job job;
     int rc;
     long sleeps;
-    uint64_t now, cpu0 = 0, cpu1 = 0, asked_t0 = 0;
+    uint64_t now, cpu0 = 0, asked_t0 = 0;
     pf__worker_up(l, w);
     pf__fill_job(l, s, w, &job);
     w->msg[0] = '\0';
@@ -3926,8 +3926,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     s->slept = -1;
     if (sleeps >= 0) {
         long after = pf__sleeps();
-        uint64_t took = pf__now_ns() - asked_t0;
-        cpu1 = pf__thread_cpu_ns();
+        uint64_t took = pf__now_ns() - asked_t0, cpu1 = pf__thread_cpu_ns();
         /* cppcheck-suppress knownConditionTrueFalse ; -1 only where getrusage cannot say */
         if (after >= 0 && cpu0 != UINT64_MAX && cpu1 != UINT64_MAX && cpu1 >= cpu0) {
             s->slept = (signed char)(after > sleeps ? 1 : 0);
@@ -4107,12 +4106,12 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
             continue;
         }
         if (claim != PF__CLAIM_OK) {
-            if (claim == PF__CLAIM_NO_SLOT) w->slot_wait_t0 = now;
             /* a worker spins only on a small ring: on one of 8 slots or more
                it is woken a batch of free slots at a time (pf__wake_workers),
                a wake that many loads share, while its spin would take a CPU
                from the consumer on a busy machine */
             if (claim == PF__CLAIM_NO_SLOT) { /* pf_release's handshake (pf__release_host) */
+                w->slot_wait_t0 = now;
                 if (!(l->ring.wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER, &l->ring.released)))
                     pf__wait_unless(l, PF__ROLE_WORKER, NULL, &l->ring.slot_sleepers, &l->ring.released);
             } else if (!(l->ring.wake_batch == 1 && pf__spin(l, PF__ROLE_WORKER, NULL))) {
