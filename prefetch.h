@@ -525,8 +525,9 @@ typedef struct pf_stats {
                                   already handed out: backpressure, the GPU is
                                   the limit (CUDA)                              */
     double load_s;             /* worker time inside load, summed                */
-    double worker_wait_s;      /* worker time blocked on a free slot, summed:
-                                  the consumer (or the copy) is the bottleneck   */
+    double worker_wait_s;      /* worker time blocked on a free slot, summed (a
+                                  wait counts as it lasts): the consumer (or
+                                  the copy) is the bottleneck                    */
     double occupancy;          /* mean fraction of host slots filled and waiting,
                                   seen at each pf_next                           */
     uint32_t workers_active;   /* workers allowed to load now (autotune: its choice;
