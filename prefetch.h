@@ -3022,17 +3022,18 @@ static void pf__shrink(pf_loader *l) {
 #define PF__RING_SETTLE 8u
 #define PF__RING_SETTLE_NS 1000000000u
 #define PF__RING_PEAK_NS ((uint64_t)4000000000u)
+/* The most of v lately: *most, set at *t, holds for PF__RING_PEAK_NS
+   unless v passes it, then follows v. */
+static uint32_t pf__lately(uint32_t *most, uint64_t *t, uint32_t v, uint64_t now) {
+    if (v >= *most || now - *t > PF__RING_PEAK_NS) {
+        *most = v;
+        *t = now;
+    }
+    return *most;
+}
 static void pf__ring_follow(pf_loader *l, uint64_t now) {
-    uint32_t n = l->at.active ? l->at.active : 1u, want;
-    if (n >= l->at.peak_n || now - l->at.peak_t > PF__RING_PEAK_NS) {
-        l->at.peak_n = n;
-        l->at.peak_t = now;
-    }
-    n = l->at.peak_n;
-    if (l->cons.held_most >= l->at.held_peak || now - l->at.held_t > PF__RING_PEAK_NS) {
-        l->at.held_peak = l->cons.held_most;
-        l->at.held_t = now;
-    }
+    uint32_t n = pf__lately(&l->at.peak_n, &l->at.peak_t, l->at.active ? l->at.active : 1u, now), want;
+    uint32_t held = pf__lately(&l->at.held_peak, &l->at.held_t, l->cons.held_most, now);
     l->cons.held_most = l->cons.held;
     if (l->at.steady++ == 0) l->at.steady_t0 = now; /* a window starts */
     if (l->at.steady < PF__RING_SETTLE || now - l->at.steady_t0 < PF__RING_SETTLE_NS || l->at.probing ||
@@ -3041,7 +3042,7 @@ static void pf__ring_follow(pf_loader *l, uint64_t now) {
     /* growing first: the growing worker writes ngrown and grown unlocked */
     if (l->ring.growing || !l->ring.ngrown || l->ring.retire_from || l->ring.grow_to > l->ring.nalloc) return;
     want = pf__ring_slots(n, &l->cfg);
-    if (want < l->at.held_peak + n + 1) want = l->at.held_peak + n + 1;
+    if (want < held + n + 1) want = held + n + 1;
     if (l->ring.grown_from[l->ring.ngrown - 1] < want) return; /* the newest block is needed */
     l->ring.shrink_to = want;
     if (l->ring.keep_to > want) l->ring.keep_to = want;
