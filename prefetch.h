@@ -1676,7 +1676,7 @@ typedef struct pf__tuner {
     uint32_t swap_streak;  /* ...periods in a row the load drifted from it  */
     bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
     bool probing;          /* the last change was an increase, on trial    */
-    bool probe_more;       /* ...its first period did not pass: one more   */
+    uint32_t probe_stage;  /* ...periods of it that did not pass (0-2)     */
     double gain_need;      /* ...the throughput it must gain, as a ratio   */
     double trial_rise;     /* ...its rise in loaders, as a ratio less one  */
     uint64_t probe_n;      /* ...and its batches...                        */
@@ -2928,7 +2928,7 @@ static void pf__trial_start(pf_loader *l, double thr_base, double load_pb, doubl
     l->at.gain_need = 1 + rise / 4;
     if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
     l->at.probing = true;
-    l->at.probe_more = false;
+    l->at.probe_stage = 0;
 }
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
@@ -3233,7 +3233,7 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy;
+    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy, eff;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
     bool saturated, alike;
     uint32_t loaders;
@@ -3443,23 +3443,28 @@ static void pf__autotune(pf_loader *l) {
            trial's 0.5 ms sleep + 0.5 ms CPU loads: 4 -> 8 undone on 52
            batches, 2598 against 2595 batches/s, and never tried again:
            0.85-0.88x of 8 fixed workers). Only a clear gain
-           (PF__AT_CLEAR) passes on the first period; the second judges
-           both periods' batches over both periods' time, not the second
-           alone: a period's figure swings by a fifth on a shared machine,
-           and a trial kept on whichever period read 5% high took 50 us
-           sleeps into 64 KiB slots to 43-56 workers and 93-129 slots,
-           where 32 workers (65 slots) run fastest and 48 are 10% slower
-           (an outside trial, ceiling 64). The gain asked grows with the
-           step (gain_need): a quarter of the loaders' rise, at least 5% */
+           (PF__AT_CLEAR) passes on the first period or the second alone;
+           the third judges its batches and the second's over their time,
+           not one period: a period's figure swings by a fifth on a shared
+           machine, and a trial kept on whichever period read 5% high took
+           50 us sleeps into 64 KiB slots to 43-56 workers and 93-129
+           slots, where 32 workers (65 slots) run fastest and 48 are 10%
+           slower (an outside trial, ceiling 64). Not the first's: its
+           ramp ran 10-40% under the count's pace, and 200 us CPU loads
+           under a 20 us sleeping step failed 1 -> 2 workers on it in 10
+           runs of 25 (a 1.20-1.24 gain on the first two periods, 1.35 at
+           2 workers; 0.72-0.78 of them for good: an outside trial). The
+           gain asked grows with the step (gain_need): a quarter of the
+           loaders' rise, at least 5% */
         bool failed;
         double gain = thr;
-        if (!l->at.probe_more) {
+        if (l->at.probe_stage < 2) {
             double clear = 1 + 2 * (l->at.gain_need - 1);
             failed = thr < l->at.thr_before * (clear > PF__AT_CLEAR ? clear : PF__AT_CLEAR) && waited > 0.01;
             if (failed) {
-                l->at.probe_more = true;
-                l->at.probe_n = db;
-                l->at.probe_s = dt;
+                l->at.probe_n = l->at.probe_stage ? db : 0; /* the second period's, not the ramp's */
+                l->at.probe_s = l->at.probe_stage ? dt : 0;
+                l->at.probe_stage++;
                 return;
             }
         } else {
@@ -3483,7 +3488,7 @@ static void pf__autotune(pf_loader *l) {
            first, no baseline for what follows in this one (a worker past
            the CPUs was tried on it, 59 ms after a worker per CPU was
            kept, and kept on a contended period: an outside trial) */
-        if (l->at.probe_more) alike = false, thr_base = thr;
+        if (l->at.probe_stage) alike = false, thr_base = thr;
         l->at.probing = false;
         if (failed) {
             l->at.cap = l->at.before;
@@ -3520,6 +3525,18 @@ static void pf__autotune(pf_loader *l) {
     loaders = l->at.active;
     if (!l->at.help && db && (double)next_n * 2 * (l->at.active + 1) >= (double)db) loaders++;
     l->at.caller_loads = loaders > l->at.active;
+    /* the loaders, pf_next by its share in workers (at most one): what a
+       trial's rise is of. 200 us CPU loads under a sleeping step ran 1
+       worker + pf_next loading a quarter of the batches; 1 -> 2 counted
+       as doubling asked 25% more, 2 workers made 30-35% more, and the
+       trial failed on noise in 2 runs of 20, once its ramp was left
+       out (an outside trial) */
+    eff = l->at.active;
+    if (!l->at.help && l->at.active && db > next_n) {
+        double share = (double)next_n * l->at.active / (double)(db - next_n);
+        eff += share < 1 ? share : 1;
+    }
+    if (eff < 1) eff = 1;
     hi = limit < l->at.cap ? limit : l->at.cap;
     if (l->ring.capped) { /* loads never sleep: no more loading at once than CPUs (pf__cap_n) */
         uint32_t n = pf__cap_n(l), m = l->sync.ncpu > 1 ? l->sync.ncpu - 1 : 1;
@@ -3544,10 +3561,15 @@ static void pf__autotune(pf_loader *l) {
            100 us step ran 1 worker + pf_next at 1440 batches/s (pf_next
            loading a third, the process at 1.5 of 2 cores) where 2
            workers make 1960, in 1 bench run of 2; never tried, as hi
-           was 1 and every core counted busy. Kept if 5% faster, else
-           not tried again until the load changes */
+           was 1 and every core counted busy. Also where the process
+           left over a quarter of a core idle, whatever pf_next waited:
+           200 us CPU loads under a 20 us sleeping step ran 1 worker +
+           pf_next (a quarter of the batches, the process at 1.48 of 2
+           cores) at 0.72-0.78 of 2 workers for good (an outside trial).
+           Kept if 5% faster, else not tried again until the load
+           changes; not where a trial of as many workers failed (at.cap) */
         if (loaders > l->at.active && !l->at.swap && !l->at.probing && l->at.active == m && m < l->sync.ncpu &&
-            l->sync.ncpu <= limit && waited > 0.5 && alike) {
+            l->sync.ncpu <= limit && l->sync.ncpu <= l->at.cap && (waited > 0.5 || (busy > 0 && busy < l->sync.ncpu - 0.25)) && alike) {
             l->at.swap = PF__SWAP_TRIAL;
             l->at.swap_load = load_pb;
             pf__trial_start(l, thr_base, load_pb, 0); /* as many loaders, one a worker */
@@ -3590,7 +3612,7 @@ static void pf__autotune(pf_loader *l) {
             l->at.floor = want;
             l->at.floor_step = step_pb;
         }
-        pf__trial_start(l, thr_base, load_pb, (double)want / (double)loaders - 1);
+        pf__trial_start(l, thr_base, load_pb, want > eff ? (double)want / eff - 1 : 0);
         pf__set_active(l, want, "input-bound", waited, thr);
     } else if (waited < 0.01 && idle > 0.5 && l->at.active > 1 && l->at.active > l->at.floor) {
         /* down to what the busy share needs, one more for slack, at most

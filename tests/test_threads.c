@@ -1049,7 +1049,7 @@ typedef struct judged {
     uint64_t next_loads;      /* pf_next's of the 40 */
     uint32_t trial_from;      /* not 0: the period is a trial's, from this count... */
     double trial_thr;         /* ...which made this many batches/s */
-    bool probe_more;          /* in: the trial's first period did not pass; out: judged again next */
+    uint32_t stage;           /* in: the trial's periods before it that did not pass (0-2); out: after it (0: judged) */
     unsigned ms;              /* the period's length (0: 40 ms) */
     double load;              /* its load per batch (0: 1 ms) */
     double busy;              /* the cores the process kept busy in it (0: not known) */
@@ -1071,12 +1071,12 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->at.load_last = p->load_last > 0 ? p->load_last : 1e-3;
     l->at.probing = l->at.help = l->at.help_trial = l->at.park_trial = l->at.shrunk = false;
     if (p->trial_from) { /* started as autotune starts one, from trial_from */
-        bool seen = l->at.probe_more; /* its first period judged by the last call */
+        uint32_t seen = l->at.probe_stage; /* its periods judged by the calls before */
         l->at.active = p->trial_from;
         pf__trial_start(l, p->trial_thr, 1e-3 /* the same loads */, (double)p->workers / p->trial_from - 1);
         l->at.active = p->workers;
-        if (p->probe_more && !seen) l->at.probe_n = 0, l->at.probe_s = 0; /* a first period not seen */
-        l->at.probe_more = p->probe_more;
+        if (p->stage == 2 && seen != 2) l->at.probe_n = 0, l->at.probe_s = 0; /* a second period not seen */
+        l->at.probe_stage = p->stage;
     }
     l->at.inline_wait = 0;
     l->at.cap = p->cap ? p->cap : l->cfg.num_workers;
@@ -1101,7 +1101,7 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     pf__autotune(l);
     active = l->at.active;
     p->thr_before = l->at.thr_before;
-    p->probe_more = l->at.probe_more && l->at.probing;
+    p->stage = l->at.probing ? l->at.probe_stage : 0;
     p->cap = l->at.cap;
     pf__unlock(&l->sync.mu);
     return active;
@@ -1125,7 +1125,7 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
     CHECKF(p.thr_before == 1500, "judged against %.0f batches/s", p.thr_before);
     /* a trial kept on its second period: the first is no period at
        the count, and no worker past the CPUs is tried on it */
-    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .trial_from = 1, .trial_thr = 500, .probe_more = true), 2u);
+    CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true, .trial_from = 1, .trial_thr = 500, .stage = 2), 2u);
     CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .cpu = true), 3u); /* the next one is */
     /* the period before was slower: this one's */
     p.thr_last = 10;
@@ -1150,7 +1150,7 @@ static void test_autotune_past_the_cpus_from_a_steady_period(void) {
    outside trial). */
 static void test_autotune_cpu_ceiling_goes_when_loads_sleep(void) {
     pf_loader *l = judged_loader(16, true);
-    judged p = {.workers = 2, .last_n = 2, .cpu = true, .trial_from = 1, .trial_thr = 1000, .probe_more = true};
+    judged p = {.workers = 2, .last_n = 2, .cpu = true, .trial_from = 1, .trial_thr = 1000, .stage = 2};
     CHECK_EQ(judged_period(l, &p), 1u); /* failed: back to 1, a ceiling at 1 */
     CHECK_EQ(p.cap, 1u);
     CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cap = 1, .cpu = true), 1u); /* the loads never sleep: held */
@@ -1217,7 +1217,7 @@ static void test_autotune_retries_a_failed_trial(void) {
     judged p;
     uint32_t k;
     for (uint32_t round = 0; round < 2; round++) {
-        p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .probe_more = true};
+        p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .stage = 2};
         CHECK_EQ(judged_period(l, &p), 2u); /* failed: back to 2, held there */
         CHECK_EQ(p.cap, 2u);
         for (k = 1; k < (PF__AT_RETRY << round); k++) {
@@ -1231,11 +1231,11 @@ static void test_autotune_retries_a_failed_trial(void) {
     }
     /* the loads change (2 ms, two periods in a row): the failure no longer
        says anything, and a trial may go to 4 again */
-    p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .probe_more = true};
+    p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .stage = 2};
     CHECK_EQ(judged_period(l, &p), 2u);
     CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .load = 2e-3, .load_last = 2e-3, .cap = 2), 2u);
     CHECK_EQ(JUDGED(.workers = 2, .last_n = 2, .load = 2e-3, .load_last = 2e-3), 4u);
-    p = (judged){.workers = 3, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .probe_more = true, .cpu = true};
+    p = (judged){.workers = 3, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .stage = 2, .cpu = true};
     CHECK_EQ(judged_period(l, &p), 2u); /* past the CPUs, loads that never sleep: failed */
     for (k = 0; k < 4 * PF__AT_RETRY_MAX; k++) {
         p = (judged){.workers = 2, .last_n = 2, .cpu = true, .cap = p.cap};
@@ -1245,35 +1245,59 @@ static void test_autotune_retries_a_failed_trial(void) {
 }
 
 /* A trial whose first period does not show a clear gain (PF__AT_CLEAR)
-   is judged again on the next (the first runs while its workers start and
-   the ring grows), on both periods' batches over both periods' time: one
+   is judged on the two after it (the first runs while its workers start
+   and the ring grows: 200 us CPU loads under a sleeping step ran it 10-40%
+   under 2 workers' pace, and 1 -> 2 failed on it in 10 runs of 25, an
+   outside trial), on both periods' batches over both periods' time: one
    period 15% faster and the next 10% slower is not a gain (a period's
    figure swings by a fifth on a shared machine: trials kept on a high
    one took an outside trial's 50 us sleeps to 43-56 workers where 32 run
-   fastest). Periods of 40 batches. */
+   fastest). The second alone passes where its gain is clear. Periods of
+   40 batches. */
 static void test_autotune_trial_judged_on_two_periods(void) {
     pf_loader *l = judged_loader(8, true);
     judged p = {.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000}; /* 4 make no more than 2 did */
-    CHECK_EQ(judged_period(l, &p), 4u); /* not yet */
-    CHECK(p.probe_more);
+    CHECK_EQ(judged_period(l, &p), 4u); /* not on the ramp */
+    CHECK_EQ(p.stage, 1u);
     p.last_n = 4;
-    CHECK_EQ(judged_period(l, &p), 2u); /* the second: undone */
+    CHECK_EQ(judged_period(l, &p), 4u); /* nor on one period */
+    CHECK_EQ(p.stage, 2u);
+    CHECK_EQ(judged_period(l, &p), 2u); /* the third: undone */
     p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 100}; /* far better than 2 did */
     CHECK(judged_period(l, &p) >= 4u); /* kept on its first period */
-    CHECK(!p.probe_more);
-    /* 4 made 880 batches/s; 5 make 1000 (14% more: not clear), then 800 */
+    CHECK_EQ(p.stage, 0u);
+    p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 650, .ms = 80}; /* a slow ramp... */
+    CHECK_EQ(judged_period(l, &p), 4u);
+    p.ms = 0;
+    CHECK(judged_period(l, &p) >= 4u); /* ...then 1000 a second, over 1.5x: kept on the second alone */
+    CHECK_EQ(p.stage, 0u);
+    /* 4 made 880 batches/s; 5 make 1000 (14% more: not clear), 1000,
+       then 800: 80 batches in 90 ms, 889, 1% more */
     p = (judged){.workers = 5, .last_n = 4, .trial_from = 4, .trial_thr = 880};
     CHECK_EQ(judged_period(l, &p), 5u);
-    CHECK(p.probe_more);
     p.last_n = 5;
+    CHECK_EQ(judged_period(l, &p), 5u);
+    CHECK_EQ(p.stage, 2u);
     p.ms = 50;
-    CHECK_EQ(judged_period(l, &p), 4u); /* 80 batches in 90 ms: 889, 1% more */
-    /* 14% more, then 14% more again: kept on the second */
+    CHECK_EQ(judged_period(l, &p), 4u);
+    /* 14% more, then 14% more again: kept on the third */
     p = (judged){.workers = 5, .last_n = 4, .trial_from = 4, .trial_thr = 880};
     CHECK_EQ(judged_period(l, &p), 5u);
     p.last_n = 5;
+    CHECK_EQ(judged_period(l, &p), 5u);
     CHECK(judged_period(l, &p) >= 5u);
-    CHECK(!p.probe_more);
+    CHECK_EQ(p.stage, 0u);
+    /* the ramp is not counted: 1 -> 2 asks 25% over 760 batches/s (950);
+       a first period at 500 (40 in 80 ms), then 1000 and 1000, is kept
+       (with the ramp, 667 on the first two, 750 on all three: failed) */
+    p = (judged){.workers = 2, .last_n = 1, .trial_from = 1, .trial_thr = 760, .ms = 80};
+    CHECK_EQ(judged_period(l, &p), 2u);
+    p.last_n = 2;
+    p.ms = 0;
+    CHECK_EQ(judged_period(l, &p), 2u);
+    CHECK_EQ(p.stage, 2u);
+    CHECK(judged_period(l, &p) >= 2u);
+    CHECK_EQ(p.stage, 0u);
     pf_destroy(l);
 }
 
@@ -1290,7 +1314,7 @@ static void test_autotune_a_worker_per_cpu_for_pf_next_share(void) {
         /* 1 worker, pf_next loaded 20 of 40, the consumer waited 80% */
         CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20), 2u);
         p = (judged){.workers = 2, .last_n = 1, .cpu = true, .next_loads = 20, .trial_from = 1,
-                     .trial_thr = pass ? 500 : 5000, .probe_more = !pass};
+                     .trial_thr = pass ? 500 : 5000, .stage = pass ? 0u : 2u};
         if (pass) {
             CHECK_EQ(judged_period(l, &p), 2u); /* twice as fast: kept */
             /* and held, pf_next still loading a share */
@@ -1303,9 +1327,44 @@ static void test_autotune_a_worker_per_cpu_for_pf_next_share(void) {
         }
         pf_destroy(l);
         /* the consumer waited 32 of 100 ms: pf_next is a loader, not a
-           fill-in while it waits; no trial */
+           fill-in while it waits; no trial... */
         l = judged_loader(8, true);
         CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20, .ms = 100), 1u);
+        CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20, .ms = 100, .busy = 1.9), 1u);
+        /* ...unless the process left over a quarter of a core idle (the
+           caller's step sleeps: 200 us CPU loads under a 20 us sleeping
+           step ran 1 worker + pf_next at 0.72-0.78 of 2 workers for good,
+           an outside trial) */
+        CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20, .ms = 100, .busy = 1.4), 2u);
+        pf_destroy(l);
+        /* nor where a trial of a worker per CPU failed (the count it set) */
+        l = judged_loader(8, true);
+        CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .cpu = true, .next_loads = 20, .ms = 100, .busy = 1.4, .cap = 1), 1u);
+        pf_destroy(l);
+    }
+}
+
+/* The rise a trial is asked a quarter of counts pf_next by the share of
+   the batches it loaded, in workers (at most one): 1 worker + pf_next
+   loading a quarter of them is 1.33 loaders, and 2 workers a rise of 0.5,
+   not 1 (200 us CPU loads under a sleeping step: 2 workers made 30-35%
+   more, and 1 -> 2 asking 25% failed on noise, an outside trial). */
+static void test_autotune_trial_rise_counts_pf_next_by_its_share(void) {
+    static const struct { uint64_t next_loads; double need; } c[] = {
+        {0, 1.25},      /* 1 -> 2: twice the loaders */
+        {8, 1.15},      /* 8 of 40: a quarter of the worker's 32, 1.25 loaders */
+        {20, 1.25},     /* half: a loader, and 1 -> 4 (twice the loaders) twice them */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        pf_loader *l = judged_loader(8, true);
+        uint32_t want = c[i].next_loads >= 20 ? 4u : 2u;
+        CHECK_EQ(JUDGED(.workers = 1, .last_n = 1, .next_loads = c[i].next_loads), want);
+        double off;
+        pf__lock(&l->sync.mu);
+        off = l->at.gain_need - c[i].need;
+        CHECKF(l->at.probing && off < 1e-9 && off > -1e-9, "%llu of 40 by pf_next: %.4f asked, not %.4f",
+               (unsigned long long)c[i].next_loads, l->at.gain_need, c[i].need);
+        pf__unlock(&l->sync.mu);
         pf_destroy(l);
     }
 }
@@ -1319,18 +1378,20 @@ static void test_autotune_big_step_needs_a_big_gain(void) {
     /* 2 -> 4: 25% more asked; 20% more on both periods is not enough */
     judged p = {.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 833};
     CHECK_EQ(judged_period(l, &p), 4u);
-    CHECK(p.probe_more);
+    CHECK_EQ(p.stage, 1u);
     p.last_n = 4;
+    CHECK_EQ(judged_period(l, &p), 4u);
     CHECK_EQ(judged_period(l, &p), 2u);
-    /* 30% more: kept (on the second period: 50% passes on the first) */
+    /* 30% more: kept (on the third period: 50% passes on one) */
     p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 769};
     CHECK_EQ(judged_period(l, &p), 4u);
     p.last_n = 4;
+    CHECK_EQ(judged_period(l, &p), 4u);
     CHECK(judged_period(l, &p) >= 4u);
-    CHECK(!p.probe_more);
+    CHECK_EQ(p.stage, 0u);
     p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 660};
     CHECK(judged_period(l, &p) >= 4u);
-    CHECK(!p.probe_more);
+    CHECK_EQ(p.stage, 0u);
     /* a kept trial that gained under half its rise (2 -> 4 for 30%):
        the next steps by a quarter; one that scaled (2 -> 4 for 80%):
        doubling again. From 28 workers a quarter is 7, not 1 (one more
@@ -1339,14 +1400,15 @@ static void test_autotune_big_step_needs_a_big_gain(void) {
     p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 769};
     CHECK_EQ(judged_period(l, &p), 4u);
     p.last_n = 4;
-    CHECK(judged_period(l, &p) >= 4u); /* kept on the second period, at 30% */
+    CHECK_EQ(judged_period(l, &p), 4u);
+    CHECK(judged_period(l, &p) >= 4u); /* kept on the third period, at 30% */
     CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3), 5u); /* 2 ms loads ask 8 */
     p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 555};
     CHECK(judged_period(l, &p) >= 4u); /* 80%: kept at once */
     CHECK_EQ(JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3), 8u);
     pf_destroy(l);
     l = judged_loader(64, true);
-    p = (judged){.workers = 56, .last_n = 28, .trial_from = 28, .trial_thr = 980, .probe_more = true};
+    p = (judged){.workers = 56, .last_n = 28, .trial_from = 28, .trial_thr = 980, .stage = 2};
     CHECK_EQ(judged_period(l, &p), 28u); /* failed */
     CHECK_EQ(JUDGED(.workers = 28, .last_n = 28, .load = 40e-3, .load_last = 40e-3), 35u);
     pf_destroy(l);
@@ -3458,6 +3520,7 @@ static const h_test tests[] = {
     {"cpu_cap_weighs_the_time_slept", test_cpu_cap_weighs_the_time_slept},
     {"autotune_a_worker_per_cpu_for_pf_next_share", test_autotune_a_worker_per_cpu_for_pf_next_share},
     {"autotune_big_step_needs_a_big_gain", test_autotune_big_step_needs_a_big_gain},
+    {"autotune_trial_rise_counts_pf_next_by_its_share", test_autotune_trial_rise_counts_pf_next_by_its_share},
     {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
     {"autotune_baseline_of_the_same_loads", test_autotune_baseline_of_the_same_loads},
     {"autotune_cpu_ceiling_goes_when_loads_sleep", test_autotune_cpu_ceiling_goes_when_loads_sleep},
