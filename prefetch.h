@@ -1567,10 +1567,17 @@ typedef struct pf__ring {
     bool capped;                 /* only ncpu workers load: the loads never sleep */
     bool cap_plus;               /* ...and one more, pf_next not loading (pf__cap_n) */
     bool cap_busy;               /* ...or one less: the caller keeps a CPU busy */
+    bool cap_loads;              /* ...or a worker a CPU but one: pf_next loads a
+                                    loader's share (pf__cap_caller)... */
+    uint32_t loads_age, loads_hold, loads_back; /* ...windows since, windows it
+                                    may not come back, and the next such hold */
     const void *caller;          /* the caller's thread (pf__thread_tag), as last
                                     measured (pf__cap_caller)... */
     uint64_t caller_t0, caller_cpu0; /* ...when, and its CPU time then */
+    uint64_t caller_b0, caller_nl0, caller_pcpu0; /* ...the batches, pf_next's loads
+                                    and the process's CPU time then */
     double caller_share;         /* its CPU time over the clock, smoothed */
+    double proc_busy;            /* the process's CPU time over the clock, smoothed */
     uint32_t cap_flip;           /* asked loads in a row that would turn cap_plus */
     uint32_t timed_sleepers;     /* host consumers in a sleep of at most PF__TAKER_HOLD_NS */
     bool taker_held;             /* a ready batch did not wake it (pf__wake_taker_ready) */
@@ -2246,6 +2253,9 @@ static long pf__sleeps(void) {
 static PF__THREAD_LOCAL char pf__thread_tag;
 #ifndef PF__THREAD_CPU_NS /* tests may say what it reads */
 #define PF__THREAD_CPU_NS pf__thread_cpu_ns
+#endif
+#ifndef PF__PROC_CPU_NS /* ...and this (the process's; 0: unknown) */
+#define PF__PROC_CPU_NS pf__cpu_ns
 #endif
 
 /* A role's budget for this spin. Backed off, every spin_every-th is a full
@@ -3689,7 +3699,11 @@ static uint32_t pf__cap_n(pf_loader *l) {
        fixed 4 workers ran 3 beside pf_next loading 100 us CPU loads on 2
        cores, 4 loads at once: an outside trial) */
     n = l->sync.ncpu + (l->ring.cap_plus ? 1u : 0u);
-    return l->ring.cap_busy && n > 1 ? n - 1u : n;
+    if (l->ring.cap_busy && n > 1) n--;
+    /* pf_next loads a loader's share as measured, whatever the guesses
+       above say (pf__cap_caller): a CPU is its own */
+    if (l->ring.cap_loads && l->sync.ncpu > 1 && n > l->sync.ncpu - 1) n = l->sync.ncpu - 1;
+    return n;
 }
 /* Where the cap can matter: more loaders than CPUs, pf_next one of them
    where it may load. Found once, at pf_create (workers read it without
@@ -3713,24 +3727,59 @@ static void pf__cap_init(pf_loader *l) {
    trial's busy loop beside a computing caller flapped it between 1 and 2
    workers window by window before the smoothing). A window begun on
    another thread (several call pf_next) is started afresh. pf_next's
-   frame calls it, lock held. */
+   frame calls it, lock held.
+   And does pf_next load a loader's share (half a worker's, as autotune
+   counts it)? Then it takes a CPU (cap_loads), whatever the guesses by
+   the loads' cost and the caller's CPU time say: a fixed 2 workers of 200
+   us CPU loads into 1 MiB slots (5) on 2 cores ran beside a pf_next
+   loading a third of the batches, its thread at half a CPU (in the busy
+   rule's hysteresis), at 0.78 of 1 worker; 3 at 0.58 (the ring ran full
+   behind a worker the scheduler took off its core). Not where that
+   leaves a core idle (the process's CPU time over the clock, smoothed,
+   under the CPUs less a half, from the second window on): a caller whose
+   step sleeps (a GPU sync) leaves its core to a worker (1 worker + pf_next
+   under a 20 us sleeping step ran at 0.75 of 2 workers, with autotune).
+   Then it does not come back for 4 windows, twice as many each time
+   after (up to 256): pf_next may load a share at one count and leave a
+   core idle at the next. */
 #define PF__CAP_CALLER_NS 5000000u
 static void pf__cap_caller(pf_loader *l) {
-    uint64_t now, cpu;
+    uint64_t now, cpu, pcpu;
     bool same = l->ring.caller == &pf__thread_tag;
     if (l->st.batches % 64) return;
     now = pf__now_ns();
     if (same && now - l->ring.caller_t0 < PF__CAP_CALLER_NS) return;
     cpu = PF__THREAD_CPU_NS();
     if (cpu == UINT64_MAX) return; /* unknown: the cap counts workers alone */
+    pcpu = PF__PROC_CPU_NS();
     if (same && cpu >= l->ring.caller_cpu0) {
         double share = (double)(cpu - l->ring.caller_cpu0) / (double)(now - l->ring.caller_t0);
         l->ring.caller_share = l->ring.caller_share >= 0 ? l->ring.caller_share * 0.75 + share * 0.25 : share;
         l->ring.cap_busy = l->ring.cap_busy ? l->ring.caller_share > 0.4 : l->ring.caller_share > 0.6;
+        uint64_t db = l->st.batches - l->ring.caller_b0, dn = l->st.next_loads - l->ring.caller_nl0;
+        /* cppcheck-suppress knownConditionTrueFalse ; 0 only where the process's CPU clock is unknown */
+        if (pcpu && l->ring.caller_pcpu0 && pcpu >= l->ring.caller_pcpu0) {
+            double busy = (double)(pcpu - l->ring.caller_pcpu0) / (double)(now - l->ring.caller_t0);
+            l->ring.proc_busy = l->ring.proc_busy >= 0 ? l->ring.proc_busy * 0.75 + busy * 0.25 : busy;
+        }
+        if (l->ring.loads_hold) l->ring.loads_hold--;
+        if (!l->ring.cap_loads && !l->ring.loads_hold && db && dn * 2 * ((uint64_t)l->at.active + 1) >= db) {
+            l->ring.cap_loads = true;
+            l->ring.loads_age = 0;
+            l->ring.proc_busy = -1; /* measured afresh at the new count */
+        } else if (l->ring.cap_loads && ++l->ring.loads_age >= 2 && l->ring.proc_busy >= 0 &&
+                   l->ring.proc_busy < (double)l->sync.ncpu - 0.5) {
+            l->ring.cap_loads = false;
+            l->ring.loads_back = l->ring.loads_back ? (l->ring.loads_back < 256 ? 2 * l->ring.loads_back : 256) : 4;
+            l->ring.loads_hold = l->ring.loads_back;
+        }
     }
     l->ring.caller = &pf__thread_tag;
     l->ring.caller_t0 = now;
     l->ring.caller_cpu0 = cpu;
+    l->ring.caller_pcpu0 = pcpu;
+    l->ring.caller_b0 = l->st.batches;
+    l->ring.caller_nl0 = l->st.next_loads;
 }
 /* This worker's next load is asked (where it can matter: more workers
    than cores, none set by autotune): 1 in 8 loads of 160 us or more, so
@@ -6828,7 +6877,7 @@ static pf_result pf__build(const pf_config *c, const pf__resume *rs0, const pf__
     l->ring.wake_batch = pf__wake_batch(l->ring.nalloc);
     l->sync.ncpu = PF__CPU_COUNT();
     pf__cap_init(l);
-    l->ring.caller_share = -1; /* none measured yet */
+    l->ring.caller_share = l->ring.proc_busy = -1; /* none measured yet */
     PF__STORE_FLAG(&pf__lock_spins, l->sync.ncpu > 1 ? 8u : 0u);
     for (i = 0; i < PF__ROLES; i++) {
         l->sync.spin_ns[i] = l->sync.ncpu > 1 ? PF_SPIN_MAX_NS : 0;

@@ -24,8 +24,9 @@ static int fail_thread_at, threads_started;
 static unsigned t_ncpu; /* not 0: the CPUs a loader made now believes it has */
 #define PF__CPU_COUNT() (t_ncpu ? t_ncpu : pf__cpu_count())
 /* not below 0: the share of the clock the caller's thread is said to use */
-static double t_cpu_share = -1;
+static double t_cpu_share = -1, t_proc_busy = -1;
 #define PF__THREAD_CPU_NS() (t_cpu_share >= 0 ? (uint64_t)((double)pf__now_ns() * t_cpu_share) : pf__thread_cpu_ns())
+#define PF__PROC_CPU_NS() (t_proc_busy >= 0 ? (uint64_t)((double)pf__now_ns() * t_proc_busy) : pf__cpu_ns())
 #define PREFETCH_IMPLEMENTATION
 #include "../prefetch.h"
 #include "util.h"
@@ -2679,6 +2680,12 @@ static void cap_phases(bool next_loads, double caller_share, uint32_t expect) {
     if (next_loads) cfg.timeout_ms = 0; /* the harness's watchdog bounds it */
     snprintf(want, sizeof want, "%u of 4 workers (CPU loads)", (unsigned)expect);
     l = t_create_2cpus(&cfg);
+    /* the guesses alone: pf_next's loads as measured
+       (test_cpu_cap_counts_pf_next_by_its_loads) would take a CPU from
+       the workers where it loads a loader's share, as it may on a busy box */
+    pf__lock(&l->sync.mu);
+    l->ring.loads_hold = UINT32_MAX;
+    pf__unlock(&l->sync.mu);
     t_cpu_share = caller_share;
     for (uint64_t k = 0; k < 2000; k++) {
         pf_batch b;
@@ -2762,6 +2769,76 @@ static int rarely_sleeps(void *user, pf_job *job) {
     job->bytes = 8;
     return 0;
 }
+/* pf_next loading a loader's share (half a worker's), as measured over
+   pf__cap_caller's windows, takes a CPU from the workers whatever the
+   guesses by the loads' cost and the caller's CPU time say: a fixed 2
+   workers of 200 us CPU loads into 5 slots of 1 MiB on 2 cores ran beside
+   a pf_next loading a third of the batches at 0.78 of 1 worker, 3 workers
+   at 0.58 (its caller's thread at half a CPU, in the busy rule's
+   hysteresis). Not where that leaves half a core idle (the caller's step
+   sleeps): back to the count before, not again for 4 windows, then 8. One
+   window judged by hand: 64 batches in 6 ms. */
+static void cap_window(pf_loader *l, uint64_t next_loads, double busy) {
+    uint64_t t0 = pf__now_ns() - 6000000u;
+    t_proc_busy = busy;
+    l->ring.caller = &pf__thread_tag;
+    l->ring.caller_t0 = t0;
+    l->ring.caller_cpu0 = (uint64_t)((double)t0 * t_cpu_share);
+    l->ring.caller_pcpu0 = (uint64_t)((double)t0 * busy);
+    l->ring.caller_b0 = l->st.batches;
+    l->ring.caller_nl0 = l->st.next_loads;
+    l->st.batches += 64;
+    l->st.next_loads += next_loads;
+    pf__cap_caller(l);
+}
+static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
+    pf_config cfg = t_config_base(64, 1, 8, 1);
+    pf_loader *l;
+    uint32_t k;
+    cfg.load = nothing;
+    cfg.num_workers = 4;
+    cfg.timeout_ms = 0; /* pf_next may load */
+    cfg.backend = PF_BACKEND_HOST;
+    l = t_create_2cpus(&cfg);
+    t_cpu_share = 0.3; /* the caller's thread: not busy */
+    pf__lock(&l->sync.mu);
+    l->st.batches = 640;
+    l->ring.load_est = 100000; /* cheap enough for pf_next: a worker a CPU */
+    l->at.active = 2;
+    cap_window(l, 0, 2.0); /* the first window starts the count */
+    CHECK_EQ(pf__cap_n(l), 2u);
+    cap_window(l, 5, 2.0); /* 5 of 64: under a loader's share (64 / 6) */
+    CHECK_EQ(pf__cap_n(l), 2u);
+    cap_window(l, 22, 2.0); /* a third: a CPU is pf_next's */
+    CHECK_EQ(pf__cap_n(l), 1u);
+    l->at.active = 1;
+    for (k = 0; k < 8; k++) { /* every core busy at 1: it stays */
+        cap_window(l, 32, 1.95);
+        CHECK_EQ(pf__cap_n(l), 1u);
+    }
+    for (k = 0; k < 16 && l->ring.cap_loads; k++) cap_window(l, 32, 1.2); /* the step sleeps: a core idle */
+    CHECKF(!l->ring.cap_loads && k > 1, "%u windows with a core idle: %s", k, l->ring.cap_loads ? "held" : "let go at once");
+    CHECK_EQ(pf__cap_n(l), 2u);
+    l->at.active = 2;
+    for (k = 0; k < 3; k++) { /* held off for 4 windows, whatever pf_next loads */
+        cap_window(l, 22, 2.0);
+        CHECK_EQ(pf__cap_n(l), 2u);
+    }
+    cap_window(l, 22, 2.0);
+    CHECK_EQ(pf__cap_n(l), 1u); /* then it may */
+    l->at.active = 1;
+    for (k = 0; k < 16 && l->ring.cap_loads; k++) cap_window(l, 32, 1.2);
+    CHECK(!l->ring.cap_loads);
+    l->at.active = 2;
+    for (k = 0; k < 7; k++) cap_window(l, 22, 2.0); /* twice as long the second time */
+    CHECK_EQ(pf__cap_n(l), 2u);
+    cap_window(l, 22, 2.0);
+    CHECK_EQ(pf__cap_n(l), 1u);
+    pf__unlock(&l->sync.mu);
+    t_cpu_share = t_proc_busy = -1;
+    pf_destroy(l);
+}
+
 static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
     pf_config cfg = t_config_base(2000, 1, 8, 1);
     pf_loader *l;
@@ -3549,6 +3626,7 @@ static const h_test tests[] = {
     {"autotune_caller_may_hold_every_slot", test_autotune_caller_may_hold_every_slot},
     {"pf_next_stops_loading_when_loads_turn_dear", test_pf_next_stops_loading_when_loads_turn_dear},
     {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
+    {"cpu_cap_counts_pf_next_by_its_loads", test_cpu_cap_counts_pf_next_by_its_loads},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
     {"worker_slot_wait_counts_while_it_lasts", test_worker_slot_wait_counts_while_it_lasts},
