@@ -3688,7 +3688,17 @@ static void pf__autotune(pf_loader *l) {
    30 us computing step 21.4k -> 23.5k batches/s (2 workers: 20.3k ->
    23.6k, 5 us loads alone 281k -> 314k). A caller whose step sleeps (a
    GPU sync) leaves its core to the workers: 180 us loads under such a
-   step ran at 9.6k with 2 loading, 7.0k with 1. Lock held. */
+   step ran at 9.6k with 2 loading, 7.0k with 1. The one more only where
+   the ring holds PF__CAP_PLUS_SLOTS a loader: with fewer, the ring runs
+   full behind a worker the scheduler took off its core. 200 us CPU loads
+   into 1 MiB slots under a 20 us sleeping step, fixed 8 workers (17
+   slots): 7.6-8.4k batches/s with the one more, 9.1k without; 13 and 25
+   slots alike, 33 even; 3 workers (7 slots) 7.0-7.2k -> 8.6-8.7k, with a
+   100 us sleeping step 3.5k -> 5.7k (1 worker: 5.0k; an outside trial).
+   Where it pays, the small rings of small batches (32-64 slots: workers
+   only, no step, 8-byte batches, 8 workers: 33.1k -> 38.4k batches/s
+   with it), it stays. Lock held. */
+#define PF__CAP_PLUS_SLOTS 10u
 static uint32_t pf__cap_n(pf_loader *l) {
     uint32_t n;
     uint64_t limit = l->ring.cap_plus ? PF__HELP_MAX_NS / 2 : PF__HELP_MAX_NS;
@@ -3698,7 +3708,8 @@ static uint32_t pf__cap_n(pf_loader *l) {
     /* both at once: a busy caller takes the CPU the one more was for (a
        fixed 4 workers ran 3 beside pf_next loading 100 us CPU loads on 2
        cores, 4 loads at once: an outside trial) */
-    n = l->sync.ncpu + (l->ring.cap_plus ? 1u : 0u);
+    n = l->sync.ncpu;
+    if (l->ring.cap_plus && l->ring.nslots >= PF__CAP_PLUS_SLOTS * (n + 1)) n++;
     if (l->ring.cap_busy && n > 1) n--;
     /* pf_next loads a loader's share as measured, whatever the guesses
        above say (pf__cap_caller): a CPU is its own */

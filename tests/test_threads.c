@@ -2839,11 +2839,41 @@ static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
     pf_destroy(l);
 }
 
+/* Where pf_next does not load (loads too dear for it, 1 ms), one worker
+   more than CPUs fills a core while a worker waits, only where the ring
+   holds PF__CAP_PLUS_SLOTS a loader: with fewer it runs full behind a
+   worker the scheduler took off its core (200 us CPU loads into 1 MiB
+   slots under a sleeping step: 3 workers and 7 slots at 0.57 of 1 worker,
+   an outside trial). */
+static void test_cpu_cap_one_more_needs_room_in_the_ring(void) {
+    pf_config cfg = t_config_base(64, 1, 8, 1);
+    pf_loader *l;
+    uint32_t k, had;
+    cfg.load = nothing;
+    cfg.num_workers = 4;
+    cfg.host_slots = 64;
+    cfg.backend = PF_BACKEND_HOST;
+    l = t_create_2cpus(&cfg);
+    pf__lock(&l->sync.mu);
+    l->ring.load_est = 1000000;
+    for (k = 0; k <= PF__CAP_SAMPLES; k++) (void)pf__cap_n(l); /* the guess turns: pf_next does not load */
+    CHECK(l->ring.cap_plus);
+    CHECK_EQ(pf__cap_n(l), 3u); /* 64 slots: room for one more */
+    had = l->ring.nslots;
+    l->ring.nslots = PF__CAP_PLUS_SLOTS * 3 - 1;
+    CHECK_EQ(pf__cap_n(l), 2u);
+    l->ring.nslots = PF__CAP_PLUS_SLOTS * 3;
+    CHECK_EQ(pf__cap_n(l), 3u);
+    l->ring.nslots = had;
+    pf__unlock(&l->sync.mu);
+    pf_destroy(l);
+}
+
 static void test_cpu_loads_run_no_more_workers_than_cpus(void) {
     pf_config cfg = t_config_base(2000, 1, 8, 1);
     pf_loader *l;
     uint32_t changes = 0, last = 0;
-    cap_phases(false, 1.0, 3); /* cfg.timeout_ms: pf_next does not load, one worker more than CPUs */
+    cap_phases(false, 1.0, 2); /* cfg.timeout_ms: pf_next does not load; 9 slots, too few for one more */
     cap_phases(true, 0.0, 2);  /* pf_next loads too: a worker a CPU */
     cap_phases(true, 1.0, 1);  /* ...and the caller keeps a CPU busy: one less */
     cfg.load = rarely_sleeps;
@@ -3627,6 +3657,7 @@ static const h_test tests[] = {
     {"pf_next_stops_loading_when_loads_turn_dear", test_pf_next_stops_loading_when_loads_turn_dear},
     {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
     {"cpu_cap_counts_pf_next_by_its_loads", test_cpu_cap_counts_pf_next_by_its_loads},
+    {"cpu_cap_one_more_needs_room_in_the_ring", test_cpu_cap_one_more_needs_room_in_the_ring},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
     {"worker_slot_wait_counts_while_it_lasts", test_worker_slot_wait_counts_while_it_lasts},
