@@ -3576,10 +3576,13 @@ static void pf__autotune(pf_loader *l) {
            200 us CPU loads under a 20 us sleeping step ran 1 worker +
            pf_next (a quarter of the batches, the process at 1.48 of 2
            cores) at 0.72-0.78 of 2 workers for good (an outside trial).
+           Not for loads under half pf_next's limit: 20 us ones into 1
+           MiB slots went to 2 workers at 0.6-0.7 of 1 on it.
            Kept if 5% faster, else not tried again until the load
            changes; not where a trial of as many workers failed (at.cap) */
         if (loaders > l->at.active && !l->at.swap && !l->at.probing && l->at.active == m && m < l->sync.ncpu &&
-            l->sync.ncpu <= limit && l->sync.ncpu <= l->at.cap && (waited > 0.5 || (busy > 0 && busy < l->sync.ncpu - 0.25)) && alike) {
+            l->sync.ncpu <= limit && l->sync.ncpu <= l->at.cap &&
+            (waited > 0.5 || (busy > 0 && busy < l->sync.ncpu - 0.25 && call_pb * 1e9 >= PF__HELP_MAX_NS / 2)) && alike) {
             l->at.swap = PF__SWAP_TRIAL;
             l->at.swap_load = load_pb;
             pf__trial_start(l, thr_base, load_pb, 0); /* as many loaders, one a worker */
@@ -3697,10 +3700,12 @@ static void pf__autotune(pf_loader *l) {
    100 us sleeping step 3.5k -> 5.7k (1 worker: 5.0k; an outside trial).
    Where it pays, the small rings of small batches (32-64 slots: workers
    only, no step, 8-byte batches, 8 workers: 33.1k -> 38.4k batches/s
-   with it), it stays. Lock held. */
+   with it), it stays. With autotune, by the ring of that count: 1 ms CPU
+   loads into 1 MiB slots tried 2 -> 3 workers (7 slots) past the CPUs, and
+   failed (make bench). Lock held. */
 #define PF__CAP_PLUS_SLOTS 10u
 static uint32_t pf__cap_n(pf_loader *l) {
-    uint32_t n;
+    uint32_t n, ring;
     uint64_t limit = l->ring.cap_plus ? PF__HELP_MAX_NS / 2 : PF__HELP_MAX_NS;
     bool plus = !(pf__may_load(l) && l->ring.load_est < limit);
     if (plus == l->ring.cap_plus) l->ring.cap_flip = 0;
@@ -3709,7 +3714,9 @@ static uint32_t pf__cap_n(pf_loader *l) {
        fixed 4 workers ran 3 beside pf_next loading 100 us CPU loads on 2
        cores, 4 loads at once: an outside trial) */
     n = l->sync.ncpu;
-    if (l->ring.cap_plus && l->ring.nslots >= PF__CAP_PLUS_SLOTS * (n + 1)) n++;
+    /* with autotune, the ring that count of workers runs with */
+    ring = l->cfg.autotune ? pf__ring_slots(n + 1, &l->cfg) : l->ring.nslots;
+    if (l->ring.cap_plus && ring >= PF__CAP_PLUS_SLOTS * (n + 1)) n++;
     if (l->ring.cap_busy && n > 1) n--;
     /* pf_next loads a loader's share as measured, whatever the guesses
        above say (pf__cap_caller): a CPU is its own */
