@@ -3576,13 +3576,14 @@ static void pf__autotune(pf_loader *l) {
            200 us CPU loads under a 20 us sleeping step ran 1 worker +
            pf_next (a quarter of the batches, the process at 1.48 of 2
            cores) at 0.72-0.78 of 2 workers for good (an outside trial).
-           Not for loads under half pf_next's limit: 20 us ones into 1
+           Not for loads under half pf_next's limit (100 us, as
+           PF__TAKER_HOLD_NS: tests raise the limit): 20 us ones into 1
            MiB slots went to 2 workers at 0.6-0.7 of 1 on it.
            Kept if 5% faster, else not tried again until the load
            changes; not where a trial of as many workers failed (at.cap) */
         if (loaders > l->at.active && !l->at.swap && !l->at.probing && l->at.active == m && m < l->sync.ncpu &&
             l->sync.ncpu <= limit && l->sync.ncpu <= l->at.cap &&
-            (waited > 0.5 || (busy > 0 && busy < l->sync.ncpu - 0.25 && call_pb * 1e9 >= PF__HELP_MAX_NS / 2)) && alike) {
+            (waited > 0.5 || (busy > 0 && busy < l->sync.ncpu - 0.25 && call_pb >= 0.5e-9 * PF__TAKER_HOLD_NS)) && alike) {
             l->at.swap = PF__SWAP_TRIAL;
             l->at.swap_load = load_pb;
             pf__trial_start(l, thr_base, load_pb, 0); /* as many loaders, one a worker */
