@@ -3180,6 +3180,15 @@ static uint32_t pf__backoff(uint32_t last, uint32_t first, uint32_t most) {
     return !last ? first : last >= most / 2 ? most : 2 * last;
 }
 
+/* pf_next loaded a loader's share of `batches` beside `active` workers:
+   half a worker's or more (autotune's periods, the CPU cap's windows) */
+static bool pf__next_loads_a_share(uint64_t next, uint64_t batches, uint32_t active) {
+    return batches && next * 2 * ((uint64_t)active + 1) >= batches;
+}
+
+/* a smoothed figure: over some 4 readings (*avg < 0: none yet) */
+static void pf__smooth4(double *avg, double v) { *avg = *avg >= 0 ? *avg * 0.75 + v * 0.25 : v; }
+
 /* pf_next loading did not pay: not again until the loads change
    (inline_load, measured on trial), and not before twice as many periods
    as last time have passed (a noisy load looks changed every so often;
@@ -3533,7 +3542,7 @@ static void pf__autotune(pf_loader *l) {
        failed, and the count stayed at 1 for good (8 outside runs in 14;
        16 workers make 7030) */
     loaders = l->at.active;
-    if (!l->at.help && db && (double)next_n * 2 * (l->at.active + 1) >= (double)db) loaders++;
+    if (!l->at.help && pf__next_loads_a_share(next_n, db, l->at.active)) loaders++;
     l->at.caller_loads = loaders > l->at.active;
     /* the loaders, pf_next by its share in workers (at most one): what a
        trial's rise is of. 200 us CPU loads under a sleeping step ran 1
@@ -3773,23 +3782,21 @@ static void pf__cap_caller(pf_loader *l) {
     pcpu = PF__PROC_CPU_NS();
     if (same && cpu >= l->ring.caller_cpu0) {
         double share = (double)(cpu - l->ring.caller_cpu0) / (double)(now - l->ring.caller_t0);
-        l->ring.caller_share = l->ring.caller_share >= 0 ? l->ring.caller_share * 0.75 + share * 0.25 : share;
+        pf__smooth4(&l->ring.caller_share, share);
         l->ring.cap_busy = l->ring.cap_busy ? l->ring.caller_share > 0.4 : l->ring.caller_share > 0.6;
         uint64_t db = l->st.batches - l->ring.caller_b0, dn = l->st.next_loads - l->ring.caller_nl0;
         /* cppcheck-suppress knownConditionTrueFalse ; 0 only where the process's CPU clock is unknown */
-        if (pcpu && l->ring.caller_pcpu0 && pcpu >= l->ring.caller_pcpu0) {
-            double busy = (double)(pcpu - l->ring.caller_pcpu0) / (double)(now - l->ring.caller_t0);
-            l->ring.proc_busy = l->ring.proc_busy >= 0 ? l->ring.proc_busy * 0.75 + busy * 0.25 : busy;
-        }
+        if (pcpu && l->ring.caller_pcpu0 && pcpu >= l->ring.caller_pcpu0)
+            pf__smooth4(&l->ring.proc_busy, (double)(pcpu - l->ring.caller_pcpu0) / (double)(now - l->ring.caller_t0));
         if (l->ring.loads_hold) l->ring.loads_hold--;
-        if (!l->ring.cap_loads && !l->ring.loads_hold && db && dn * 2 * ((uint64_t)l->at.active + 1) >= db) {
+        if (!l->ring.cap_loads && !l->ring.loads_hold && pf__next_loads_a_share(dn, db, l->at.active)) {
             l->ring.cap_loads = true;
             l->ring.loads_age = 0;
             l->ring.proc_busy = -1; /* measured afresh at the new count */
         } else if (l->ring.cap_loads && ++l->ring.loads_age >= 2 && l->ring.proc_busy >= 0 &&
                    l->ring.proc_busy < (double)l->sync.ncpu - 0.5) {
             l->ring.cap_loads = false;
-            l->ring.loads_back = l->ring.loads_back ? (l->ring.loads_back < 256 ? 2 * l->ring.loads_back : 256) : 4;
+            l->ring.loads_back = pf__backoff(l->ring.loads_back, 4, 256);
             l->ring.loads_hold = l->ring.loads_back;
         }
     }

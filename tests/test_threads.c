@@ -2791,15 +2791,20 @@ static void cap_window(pf_loader *l, uint64_t next_loads, double busy) {
     l->st.next_loads += next_loads;
     pf__cap_caller(l);
 }
-static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
+/* 4 workers told 2 CPUs, a ring of 64 slots, loads that do nothing (the
+   tests below judge the cap by hand); next_loads: pf_next may load */
+static pf_loader *cap_loader(bool next_loads) {
     pf_config cfg = t_config_base(64, 1, 8, 1);
-    pf_loader *l;
-    uint32_t k;
     cfg.load = nothing;
     cfg.num_workers = 4;
-    cfg.timeout_ms = 0; /* pf_next may load */
+    cfg.host_slots = 64;
     cfg.backend = PF_BACKEND_HOST;
-    l = t_create_2cpus(&cfg);
+    if (next_loads) cfg.timeout_ms = 0;
+    return t_create_2cpus(&cfg);
+}
+static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
+    pf_loader *l = cap_loader(true);
+    uint32_t k;
     t_cpu_share = 0.3; /* the caller's thread: not busy */
     pf__lock(&l->sync.mu);
     l->st.batches = 640;
@@ -2846,14 +2851,8 @@ static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
    slots under a sleeping step: 3 workers and 7 slots at 0.57 of 1 worker,
    an outside trial). */
 static void test_cpu_cap_one_more_needs_room_in_the_ring(void) {
-    pf_config cfg = t_config_base(64, 1, 8, 1);
-    pf_loader *l;
+    pf_loader *l = cap_loader(false);
     uint32_t k, had;
-    cfg.load = nothing;
-    cfg.num_workers = 4;
-    cfg.host_slots = 64;
-    cfg.backend = PF_BACKEND_HOST;
-    l = t_create_2cpus(&cfg);
     pf__lock(&l->sync.mu);
     l->ring.load_est = 1000000;
     for (k = 0; k <= PF__CAP_SAMPLES; k++) (void)pf__cap_n(l); /* the guess turns: pf_next does not load */
