@@ -1674,6 +1674,13 @@ typedef struct pf__tuner {
     uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
     uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
     bool cap_cpu;          /* ...set while the loads never slept (ring.capped) */
+    bool behind;           /* trials and the ring get twice the slots of their
+                              count: the consumer waited behind a late batch
+                              with the ring full (pf__autotune)...          */
+    bool behind_was;       /* ...as it was before the trial on               */
+    double behind_load;    /* ...while the load per batch stays near this    */
+    uint32_t behind_streak; /* periods in a row whose load drifted from it   */
+    uint64_t behind0;      /* the period's start: st.wait_behind_ns          */
     bool small_steps;      /* the last trial failed or gained under half its
                               rise: trials step by a quarter, not doubling... */
     double steps_load;     /* ...while the load per batch stays near this  */
@@ -1724,6 +1731,8 @@ typedef struct pf__counters {
     uint64_t batches, samples, bytes, copies, copy_bytes;
     uint64_t first_ns, last_ns, wait_input_ns, wait_copy_ns, wait_gpu_ns;
     uint64_t load_ns, worker_wait_ns, ready_sum;
+    uint64_t wait_behind_ns; /* of wait_input_ns: in order, behind a late batch
+                              with the ring full of later ones (autotune)  */
     uint64_t call_ns;      /* inside cfg.load alone (load_ns adds the claim) */
     uint64_t skipped;      /* bad samples in batches taken (>>samples) */
     uint64_t next_loads;   /* batches pf_next loaded itself (pf__load_inline) */
@@ -2887,7 +2896,11 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
      as a ceiling (a CPU-bound load on a saturated machine: more workers
      stop helping); after a failure, or a gain under half the rise, trials
      step by a quarter (small_steps) until the load changes. Not while the
-     process's CPU time says every core is busy.
+     process's CPU time says every core is busy. Where the consumer
+     waited behind a late batch with the ring full of later ones (in
+     order), or while the workers waited for a slot, slots are what is
+     short: the trial, and the count it leaves, get twice the ring
+     (at.behind, pf__at_ring) until the load changes.
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
      park down to what their busy share needs, one more, at most half of
@@ -2939,6 +2952,7 @@ static void pf__trial_start(pf_loader *l, double thr_base, double load_pb, doubl
     if (l->at.gain_need < 1.05) l->at.gain_need = 1.05;
     l->at.probing = true;
     l->at.probe_stage = 0;
+    l->at.behind_was = l->at.behind; /* a failure puts it back (pf__autotune) */
 }
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
@@ -2949,6 +2963,17 @@ static bool pf__drifted(double now, double then) { return now > then * 1.33 || n
 static bool pf__load_moved(uint32_t *streak, bool held, double now, double then) {
     *streak = held && pf__drifted(now, then) ? *streak + 1 : 0;
     return *streak >= 2;
+}
+
+/* The ring autotune gives n workers: their default ring, twice that where
+   batches wait behind a late one (at.behind: in order, a load that stalls
+   holds the consumer while the others fill every slot after it, and the
+   ring, not the workers, bounds how far they get; pf__autotune). At most
+   host_slots (pf__ring_for). */
+static uint32_t pf__at_ring(const pf_loader *l, uint32_t n) {
+    uint64_t r = pf__ring_slots(n, &l->cfg);
+    if (l->at.behind) r *= 2;
+    return r > l->ring.nslots ? l->ring.nslots : (uint32_t)r;
 }
 
 /* A failed trial's slots go back: memory follows what runs down as well
@@ -3051,7 +3076,7 @@ static void pf__ring_follow(pf_loader *l, uint64_t now) {
         return;
     /* growing first: the growing worker writes ngrown and grown unlocked */
     if (l->ring.growing || !l->ring.ngrown || l->ring.retire_from || l->ring.grow_to > l->ring.nalloc) return;
-    want = pf__ring_slots(n, &l->cfg);
+    want = pf__at_ring(l, n);
     if (want < held + n + 1) want = held + n + 1;
     if (l->ring.grown_from[l->ring.ngrown - 1] < want) return; /* the newest block is needed */
     l->ring.shrink_to = want;
@@ -3081,8 +3106,8 @@ static void pf__ring_for(pf_loader *l, uint32_t slots, bool trial) {
    trials). */
 #define PF__TRIAL_FULL_BYTES ((uint64_t)8 << 20)
 static uint32_t pf__trial_slots(const pf_loader *l, uint32_t n) {
-    uint32_t part = l->at.active + n + 1 + (l->at.caller_loads ? 1u : 0u), full = pf__ring_slots(n, &l->cfg);
-    if (part > full) part = full;
+    uint32_t part = l->at.active + n + 1 + (l->at.caller_loads ? 1u : 0u), full = pf__at_ring(l, n);
+    if (part > full || l->at.behind) part = full; /* behind a late batch, slots are what the trial is for */
     return part < full && (uint64_t)full * pf__align_up(l->cfg.batch_bytes) <= PF__TRIAL_FULL_BYTES ? full : part;
 }
 
@@ -3113,6 +3138,7 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.call0 = l->st.call_ns;
     l->at.cpu0 = pf__cpu_ns();
     l->at.next0 = l->st.next_loads;
+    l->at.behind0 = l->st.wait_behind_ns;
 }
 
 
@@ -3123,8 +3149,8 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
    new one (b + n + 1: in order, a late batch holds back the ready ones,
    and a trial without that slack fails for want of slots; the full ring
    where it is small, pf__trial_slots); once it is kept, the default ring
-   for n (pf__ring_slots). A trial that fails so
-   costs fewer slots. A worker allocates it (and
+   for n (pf__ring_slots; twice that behind a late batch, pf__at_ring). A
+   trial that fails so costs fewer slots. A worker allocates it (and
    touches it: page faults cost milliseconds here), outside the lock, one at
    a time (`growing`), so the consumer never pays for it; the new slots join
    the free stack and the workers are told. A failed trial's block goes
@@ -3252,7 +3278,7 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy, eff;
+    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy, eff, behind;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
     bool saturated, alike;
     uint32_t loaders;
@@ -3296,6 +3322,7 @@ static void pf__autotune(pf_loader *l) {
     call_pb = pf__sec(l->st.call_ns - l->at.call0) / (double)db;
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
     idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
+    behind = waits > l->at.wait0 ? (double)(l->st.wait_behind_ns - l->at.behind0) / (double)(waits - l->at.wait0) : 0;
     pf__at_period_start(l, now, waits);
     pf__ring_follow(l, now);
     /* every core busy (the process's CPU time, all its threads): more
@@ -3312,6 +3339,8 @@ static void pf__autotune(pf_loader *l) {
        in 8), the cap long lifted */
     if (l->at.cap < limit && l->at.cap_cpu && !l->ring.capped) l->at.cap = limit, l->at.cap_cpu = false;
     if (pf__load_moved(&l->at.steps_streak, l->at.small_steps, load_pb, l->at.steps_load)) l->at.small_steps = false;
+    if (pf__load_moved(&l->at.behind_streak, l->at.behind && !l->at.probing, load_pb, l->at.behind_load))
+        l->at.behind = false; /* pf__ring_follow gives the slots back once settled */
     if (pf__load_moved(&l->at.swap_streak, l->at.swap && l->at.swap != PF__SWAP_TRIAL, load_pb, l->at.swap_load))
         l->at.swap = 0;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
@@ -3525,12 +3554,13 @@ static void pf__autotune(pf_loader *l) {
             l->at.cap_wait = l->at.cap_backoff;
             /* and the slots the trial added go back (pf__shrink) */
             if (l->ring.grow_to > l->ring.nalloc && !l->ring.growing) l->ring.grow_to = l->ring.nalloc;
-            l->ring.shrink_to = pf__ring_slots(l->at.before, &l->cfg);
+            l->at.behind = l->at.behind_was;
+            l->ring.shrink_to = pf__at_ring(l, l->at.before);
             if (!l->ring.growing) pf__shrink_next(l); /* else pf__grow looks once it is done */
             pf__set_active(l, l->at.before, "more workers did not help", waited, thr);
             return;
         }
-        pf__ring_for(l, pf__ring_slots(l->at.active, &l->cfg), false); /* kept: the full ring */
+        pf__ring_for(l, pf__at_ring(l, l->at.active), false); /* kept: the full ring */
         l->at.cap_backoff = 0;
     }
     /* pf_next loading beside the workers (pf__may_help: dear loads when
@@ -3636,7 +3666,23 @@ static void pf__autotune(pf_loader *l) {
             l->at.floor_step = step_pb;
         }
         pf__trial_start(l, thr_base, load_pb, want > eff ? (double)want / eff - 1 : 0);
-        pf__set_active(l, want, "input-bound", waited, thr);
+        /* Behind a late batch: over half the consumer's wait was for a
+           batch still loading while every slot was taken, later batches
+           loaded (in order). The ring bounds how far the workers get past
+           such a stall, whatever their count, so the trial has twice the
+           slots of its count, and keeps them if kept, until the load
+           changes. 1 load in 8 sleeping 5 ms among 1 MiB copies: 4 fixed
+           workers make 2.7k batches/s with their 9 slots, 4.5k with 18; 8
+           make 4.5k with 17, 7.3k with 33; and autotune failed every trial
+           from 1 worker (7 slots for 4, 1.5k) and stayed there, 0.20 of 16
+           fixed (an outside trial) */
+        if (behind > 0.5 || (waited > 0.5 && idle > 0.5)) {
+            l->at.behind = true;
+            l->at.behind_load = load_pb;
+            l->at.behind_streak = 0;
+        }
+        pf__set_active(l, want, l->at.behind && !l->at.behind_was ? "input-bound, behind a late batch: twice the slots" : "input-bound",
+                       waited, thr);
     } else if (waited < 0.01 && idle > 0.5 && l->at.active > 1 && l->at.active > l->at.floor) {
         /* down to what the busy share needs, one more for slack, at most
            halving (as growth at most doubles), not below the floor: one
@@ -3807,18 +3853,24 @@ static void pf__cap_caller(pf_loader *l) {
     l->ring.caller_b0 = l->st.batches;
     l->ring.caller_nl0 = l->st.next_loads;
 }
-/* This worker's next load is asked (where it can matter: more workers
+/* This loader's next load is asked (where it can matter: more workers
    than cores, none set by autotune): 1 in 8 loads of 160 us or more, so
    the asking costs under 1/80 of the loads; cheaper ones as rarely as
    keeps it so (a 4 us load, 1 in 400); none under 2 us. A worker's first
    PF__CAP_SAMPLES are all asked, so that the verdict comes in a few loads,
    not hundreds (even where one worker makes them all, as one can in its
    time slice): at 1 in 400, 4 workers of llm.c token windows (3-5 us
-   loads) ran uncapped through most of reader_bench's run. */
+   loads) ran uncapped through most of reader_bench's run. pf_next's
+   loads are asked too (its record's est_ns is set by pf__load_inline):
+   1 load in 8 sleeping 5 ms among 1 MiB copies, pf_next took every
+   sleeping one (the next batch, while the worker waited for a slot), the
+   worker's asked loads were all copies, the verdict said the loads never
+   sleep, and autotune stayed at 1 worker, 0.20 of 16 fixed, in 2 runs of
+   3 (an outside trial). */
 static bool pf__cap_ask(const pf_loader *l, pf__worker *w) {
     uint64_t every;
     uint32_t n;
-    if (!l->sync.cap_ask || w->id >= l->cfg.num_workers || w->est_ns < PF__CAP_ASK_NS) return false;
+    if (!l->sync.cap_ask || w->est_ns < PF__CAP_ASK_NS) return false;
     every = w->est_ns >= PF__CAP_DEAR_NS ? PF__CAP_EVERY : (uint64_t)PF__CAP_EVERY * PF__CAP_DEAR_NS / w->est_ns;
     n = w->nloads++;
     return n < PF__CAP_SAMPLES || n % every == 0;
@@ -4716,6 +4768,7 @@ static bool pf__load_inline(pf_loader *l) {
     l->ring.runs_open += nrun > 1;
     l->at.inline_busy = true; /* one record: one loading caller at a time */
     l->at.inline_n++;
+    w->est_ns = l->at.inline_est; /* read unlocked below (pf__cap_ask): pf_next's loads are asked too */
     if (!est) pf__wait_begins(l, now);
     pf__unlock_wake(l);
     pf__index_run(l, run, nrun);
@@ -4809,7 +4862,8 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         pf__slot *s = NULL;
         pf_result w;
         int r;
-        bool slot_wait;
+        bool slot_wait, behind;
+        uint64_t t0;
         pf__take_released(l); /* before the held count below is read */
         if (pf__error_due(l)) return pf__show_error(l); /* another pf_next showed it while this one waited */
         r = pf__take(l, &s);
@@ -4874,7 +4928,12 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
            in slot_sleepers, then it looks at the released stack) */
         slot_wait = !l->at.active && !l->ring.nfree;
         if (slot_wait && !pf__slot_wait_begins(l)) continue;
+        /* behind a late batch, the ring full of later ones: autotune's
+           trials then need slots, not only workers (at.behind) */
+        behind = l->cfg.autotune && !l->cfg.unordered && l->at.active && !l->ring.nfree && l->ring.nready;
+        t0 = behind ? pf__now_ns() : 0;
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
+        if (behind) l->st.wait_behind_ns += pf__now_ns() - t0;
         if (slot_wait) pf__slot_wait_ends(l);
         if (w != PF_OK) return w;
     }

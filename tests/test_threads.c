@@ -1028,9 +1028,16 @@ static void test_autotune_ring_that_cannot_grow(void) {
     pthread_mutex_destroy(&p.mu);
 }
 
-/* A host loader whose loads do nothing, for periods judged by hand */
-static pf_loader *judged_loader(uint32_t workers, bool autotune) {
-    pf_config cfg = t_config_base(64, 1, 64, 1);
+static double t_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A host loader whose loads do nothing, for periods judged by hand
+   (batches of `bytes`: judged_loader's are 64) */
+static pf_loader *judged_loader_of(uint32_t workers, bool autotune, size_t bytes) {
+    pf_config cfg = t_config_base(64, 1, bytes, 1);
     pf_loader *l = NULL;
     cfg.load = nothing;
     cfg.autotune = autotune;
@@ -1039,6 +1046,7 @@ static pf_loader *judged_loader(uint32_t workers, bool autotune) {
     CHECK_EQ(pf_create(&cfg, &l), PF_OK);
     return l;
 }
+static pf_loader *judged_loader(uint32_t workers, bool autotune) { return judged_loader_of(workers, autotune, 64); }
 /* One autotune period judged by hand, its figures set: 40 batches in 40
    ms, 32 of them waiting (input-bound), 1 ms loads, 2 CPUs. */
 typedef struct judged {
@@ -1056,11 +1064,15 @@ typedef struct judged {
     double busy;              /* the cores the process kept busy in it (0: not known) */
     double thr_before;        /* out: what an increase is judged against */
     uint32_t cap;             /* in: the count a failed trial holds (0: none); out: after */
+    double idle;              /* the workers' time waiting for a free slot, a share of theirs */
+    double behind;            /* the wait's share behind a late batch, the ring full */
 } judged;
 static uint32_t judged_period(pf_loader *l, judged *p) {
     uint64_t now;
     uint32_t active;
+    bool on, was;
     pf__lock(&l->sync.mu);
+    on = l->at.probing, was = l->at.behind_was; /* a trial the call before started */
     l->sync.ncpu = 2;
     l->ring.capped = p->cpu;
     l->ring.cap_plus = !p->cheap; /* 1 ms loads: a worker more than CPUs may, where pf_next does not load */
@@ -1075,6 +1087,7 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
         uint32_t seen = l->at.probe_stage; /* its periods judged by the calls before */
         l->at.active = p->trial_from;
         pf__trial_start(l, p->trial_thr, 1e-3 /* the same loads */, (double)p->workers / p->trial_from - 1);
+        if (on) l->at.behind_was = was; /* what that one found before it */
         l->at.active = p->workers;
         if (p->stage == 2 && seen != 2) l->at.probe_n = 0, l->at.probe_s = 0; /* a second period not seen */
         l->at.probe_stage = p->stage;
@@ -1092,7 +1105,10 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->at.wait0 = l->st.wait_input_ns + l->st.wait_copy_ns - 32000000u;
     l->at.load0 = l->st.load_ns - (p->load > 0 ? (uint64_t)(p->load * 40e9) : 40000000u);
     l->at.call0 = l->st.call_ns - 40000000u;
-    l->at.wwait0 = l->st.worker_wait_ns;
+    l->st.worker_wait_ns += (uint64_t)(p->idle * (p->ms ? p->ms : 40u) * 1e6 * l->at.active);
+    l->at.wwait0 = l->st.worker_wait_ns - (uint64_t)(p->idle * (p->ms ? p->ms : 40u) * 1e6 * l->at.active);
+    l->st.wait_behind_ns += (uint64_t)(p->behind * 32e6);
+    l->at.behind0 = l->st.wait_behind_ns - (uint64_t)(p->behind * 32e6);
     l->at.next0 = l->st.next_loads;
     l->st.next_loads += p->next_loads;
     l->at.t0 = now - (p->ms ? p->ms : 40u) * (uint64_t)1000000;
@@ -1205,6 +1221,129 @@ static void test_autotune_trial_ring(void) {
         pf__unlock(&l->sync.mu);
         pf_destroy(l);
     }
+}
+
+/* In order, a load that stalls holds the consumer while the other
+   workers fill every slot behind it: the ring, not the workers, bounds
+   how far they get past it (1 load in 8 sleeping 5 ms among 1 MiB
+   copies: 4 fixed workers make 2.7k batches/s with their 9 slots, 4.5k
+   with 18, and autotune failed every trial from 1 worker, 0.20 of 16
+   fixed: an outside trial). Where over half the consumer's wait was
+   behind such a batch, or it waited over half the period while the
+   workers waited for a slot over half of theirs, a trial gets twice its
+   count's ring, keeps it if kept (until the load changes) and gives it
+   back if not. 1 MiB batches: 2n + 1 slots for n workers, 33 at most. */
+static uint32_t ring_asked(pf_loader *l) {
+    uint32_t n;
+    pf__lock(&l->sync.mu);
+    n = l->ring.grow_to > l->ring.keep_to ? l->ring.grow_to : l->ring.keep_to;
+    l->ring.grow_to = l->ring.keep_to = l->ring.nalloc; /* the next ask shows alone */
+    pf__unlock(&l->sync.mu);
+    return n;
+}
+static void test_autotune_trial_behind_a_late_batch_gets_twice_the_slots(void) {
+    const size_t mib = (size_t)1 << 20;
+    for (int why = 0; why < 3; why++) { /* none; the wait behind a late batch; idle workers */
+        pf_loader *l = judged_loader_of(16, true, mib);
+        judged p = {.workers = 2, .last_n = 2, .behind = why == 1 ? 0.75 : 0.3, .idle = why == 2 ? 0.6 : 0.3};
+        ring_asked(l);
+        CHECK_EQ(judged_period(l, &p), 4u); /* 1 ms loads over a 0.2 ms step: doubled */
+        /* 2 + 4 + 1 slots (4's 9 MiB ring is no small one), or 4's twice */
+        CHECKF(ring_asked(l) == (why ? 18u : 7u), "why %d: the trial's ring", why);
+        p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 500}; /* twice as fast: kept */
+        CHECK(judged_period(l, &p) >= 4u);
+        CHECKF(ring_asked(l) >= (why ? 18u : 9u), "why %d: the kept ring", why);
+        if (why) {
+            /* held while the load stays: the next trial's twice too */
+            uint32_t n = JUDGED(.workers = 4, .last_n = 4);
+            CHECK(n > 4);
+            CHECK_EQ(ring_asked(l), 4 * n + 2 < 33u ? 4 * n + 2 : 33u); /* at most host_slots */
+            /* a failure gives the doubling back only where that trial set it */
+            p = (judged){.workers = 8, .last_n = 4, .trial_from = 4, .trial_thr = 5000, .stage = 2};
+            CHECK_EQ(judged_period(l, &p), 4u);
+            pf__lock(&l->sync.mu);
+            CHECKF(l->at.behind && l->ring.shrink_to == 18u, "after a failure: behind %d, shrink to %u",
+                   (int)l->at.behind, (unsigned)l->ring.shrink_to);
+            pf__unlock(&l->sync.mu);
+            /* the load changes (2 ms, two periods): the ring is its count's again */
+            JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3, .cap = 4);
+            JUDGED(.workers = 4, .last_n = 4, .load = 2e-3, .load_last = 2e-3, .cap = 4);
+            pf__lock(&l->sync.mu);
+            CHECKF(!l->at.behind, "the load changed: still twice the slots");
+            l->at.active = 4;
+            CHECK_EQ(pf__trial_slots(l, 8), 4u + 8u + 1u);
+            pf__unlock(&l->sync.mu);
+        }
+        pf_destroy(l);
+    }
+    /* a trial that set it, failed: the count's own ring again */
+    {
+        pf_loader *l = judged_loader_of(16, true, mib);
+        judged p = {.workers = 2, .last_n = 2, .behind = 0.75};
+        CHECK_EQ(judged_period(l, &p), 4u);
+        p = (judged){.workers = 4, .last_n = 2, .trial_from = 2, .trial_thr = 5000, .stage = 2};
+        CHECK_EQ(judged_period(l, &p), 2u);
+        pf__lock(&l->sync.mu);
+        CHECKF(!l->at.behind && l->ring.shrink_to == 5u, "after its failure: behind %d, shrink to %u",
+               (int)l->at.behind, (unsigned)l->ring.shrink_to);
+        pf__unlock(&l->sync.mu);
+        pf_destroy(l);
+    }
+}
+
+/* The wait counted as behind a late batch (st.wait_behind_ns): in order,
+   the next batch still loading while every slot is taken, later ones
+   loaded. Batch 0's load waits for the test; the other 3 workers fill
+   the ring (64 slots of 8 bytes) behind it; then pf_next waits until
+   another thread lets batch 0 end, 20 ms later. */
+static int late_first_load(void *user, pf_job *job) {
+    int *go = (int *)user;
+    double until = t_now_s() + 10; /* bounded */
+    while (job->batch == 0 && !__atomic_load_n(go, __ATOMIC_ACQUIRE) && t_now_s() < until) t_sleep_us(200);
+    job->bytes = 8;
+    return 0;
+}
+static void *let_batch_0_go(void *arg) {
+    t_sleep_us(20000);
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+static void test_autotune_counts_the_wait_behind_a_late_batch(void) {
+    pf_config cfg = t_config_base(1000, 1, 8, 1);
+    pf_loader *l = NULL;
+    pf_stats st;
+    pf_batch b;
+    pthread_t th;
+    int go = 0;
+    double until = t_now_s() + 10;
+    uint64_t behind;
+    cfg.load = late_first_load;
+    cfg.user = &go;
+    cfg.num_workers = 4;
+    cfg.autotune = true;
+    cfg.workers_only = true; /* pf_next loads nothing: it waits */
+    cfg.backend = PF_BACKEND_HOST;
+    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
+    if (!l) return;
+    pf__lock(&l->sync.mu);
+    l->at.active = 4;
+    pf__wake(l, PF__ROLE_PARKED);
+    pf__unlock_wake(l);
+    do pf_get_stats(l, &st);
+    while ((st.free_slots || st.ready_slots + 1 < st.host_slots) && t_now_s() < until);
+    CHECKF(!st.free_slots && st.ready_slots + 1 == st.host_slots, "the ring did not fill behind batch 0: %u free, %u ready",
+           (unsigned)st.free_slots, (unsigned)st.ready_slots);
+    CHECK_EQ(pthread_create(&th, NULL, let_batch_0_go, &go), 0);
+    CHECK_EQ(pf_next(l, &b), PF_OK);
+    CHECK_EQ(b.batch, 0);
+    pthread_join(th, NULL);
+    pf__lock(&l->sync.mu);
+    behind = l->st.wait_behind_ns;
+    pf__unlock(&l->sync.mu);
+    CHECKF(behind > 0, "pf_next waited behind batch 0 with the ring full, and %llu ns of it were counted",
+           (unsigned long long)behind);
+    CHECK_EQ(pf_release(l, &b), PF_OK);
+    pf_destroy(l);
 }
 
 /* A failed trial's count holds while the loads stay the same, but with
@@ -1753,11 +1892,6 @@ static int dear_cheap_dear(void *user, pf_job *job) {
     if (job->batch < 64 || (job->batch >= 464 && job->batch < 528)) return slow_200us(user, job);
     job->bytes = 8;
     return 0;
-}
-static double t_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 static void test_pf_next_load_stats_follow_a_changing_load(void) {
     pf_loader *l = t_pf_next_loader(600, 8, dear_cheap_dear);
@@ -2802,6 +2936,40 @@ static pf_loader *cap_loader(bool next_loads) {
     if (next_loads) cfg.timeout_ms = 0;
     return t_create_2cpus(&cfg);
 }
+/* pf_next's own loads are asked whether they slept, as a worker's are:
+   1 load in 8 sleeping 5 ms among 1 MiB copies, pf_next took every
+   sleeping one (the next batch, while the worker waited for a slot), the
+   worker's asked loads were all copies, the cap said the loads never
+   sleep and held autotune at 1 worker, 0.20 of 16 fixed (an outside
+   trial). Here the workers' loads hang until destroy and are never
+   asked (no estimate yet); one load on the caller's thread sleeps 2 ms. */
+static pthread_t caller_thread;
+static int sleeps_on_the_caller(void *user, pf_job *job) {
+    (void)user;
+    if (pthread_equal(pthread_self(), caller_thread)) t_sleep_us(2000);
+    else
+        while (!pf_job_cancelled(job)) t_sleep_us(1000);
+    return 0;
+}
+static void test_cpu_cap_asks_pf_next_s_loads(void) {
+    pf_config cfg = t_config_base(64, 1, 8, 1);
+    pf_loader *l;
+    cfg.load = sleeps_on_the_caller;
+    cfg.num_workers = 4;
+    cfg.host_slots = 64;
+    cfg.backend = PF_BACKEND_HOST;
+    caller_thread = pthread_self();
+    l = t_create_2cpus(&cfg);
+    if (!l) return;
+    pf__lock(&l->sync.mu);
+    l->ring.capped = true;
+    l->at.inline_est = 1000000; /* 1 ms loads: asked, at least the first few */
+    CHECK(pf__load_inline(l));
+    CHECKF(!l->ring.capped, "pf_next's load slept 2 ms, and the cap still says the loads never sleep");
+    pf__unlock(&l->sync.mu);
+    pf_destroy(l);
+}
+
 static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
     pf_loader *l = cap_loader(true);
     uint32_t k;
@@ -3632,6 +3800,8 @@ static const h_test tests[] = {
     {"autotune_cpu_ceiling_goes_when_loads_sleep", test_autotune_cpu_ceiling_goes_when_loads_sleep},
     {"autotune_retries_a_failed_trial", test_autotune_retries_a_failed_trial},
     {"autotune_trial_ring", test_autotune_trial_ring},
+    {"autotune_trial_behind_a_late_batch_gets_twice_the_slots", test_autotune_trial_behind_a_late_batch_gets_twice_the_slots},
+    {"autotune_counts_the_wait_behind_a_late_batch", test_autotune_counts_the_wait_behind_a_late_batch},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
@@ -3656,6 +3826,7 @@ static const h_test tests[] = {
     {"pf_next_stops_loading_when_loads_turn_dear", test_pf_next_stops_loading_when_loads_turn_dear},
     {"cpu_loads_run_no_more_workers_than_cpus", test_cpu_loads_run_no_more_workers_than_cpus},
     {"cpu_cap_counts_pf_next_by_its_loads", test_cpu_cap_counts_pf_next_by_its_loads},
+    {"cpu_cap_asks_pf_next_s_loads", test_cpu_cap_asks_pf_next_s_loads},
     {"cpu_cap_one_more_needs_room_in_the_ring", test_cpu_cap_one_more_needs_room_in_the_ring},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
