@@ -1563,6 +1563,7 @@ typedef struct pf__ring {
     uint32_t cap_samples;        /* loads asked if they slept (pf__cpu_cap)... */
     uint32_t slept_share;        /* ...and the share that did, smoothed, of 1024 */
     uint64_t on_cpu_ns, off_cpu_ns; /* ...their CPU time and the time they slept, smoothed */
+    uint64_t sleep_est;          /* ...a sleep's time as counted, smoothed (pf__off_cpu_counted) */
     uint32_t awake_run, gap16;   /* ...asked loads since one slept, and 16x that at a sleep, smoothed over 16 */
     bool capped;                 /* only ncpu workers load: the loads never sleep */
     bool cap_plus;               /* ...and one more, pf_next not loading (pf__cap_n) */
@@ -1674,10 +1675,10 @@ typedef struct pf__tuner {
     uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
     uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
     bool cap_cpu;          /* ...set while the loads never slept (ring.capped) */
-    bool behind;           /* trials and the ring get twice the slots of their
-                              count: the consumer waited behind a late batch
-                              with the ring full (pf__autotune)...          */
-    bool behind_was;       /* ...as it was before the trial on               */
+    uint32_t behind;       /* trials and the ring get at least these slots (0:
+                              their count's): the consumer waited behind a
+                              late batch with the ring full (pf__autotune)... */
+    uint32_t behind_was;   /* ...as it was before the trial on               */
     double behind_load;    /* ...while the load per batch stays near this    */
     uint32_t behind_streak; /* periods in a row whose load drifted from it   */
     uint64_t behind0;      /* the period's start: st.wait_behind_ns          */
@@ -2899,8 +2900,8 @@ static bool pf__may_load(const pf_loader *l); /* >>backend host */
      process's CPU time says every core is busy. Where the consumer
      waited behind a late batch with the ring full of later ones (in
      order), or while the workers waited for a slot, slots are what is
-     short: the trial, and the count it leaves, get twice the ring
-     (at.behind, pf__at_ring) until the load changes.
+     short: the trial, and the count it leaves, get a ring sized by how
+     long that lasted (at.behind, pf__at_ring) until the load changes.
    - Compute-bound (waited < 1%) with the active workers idle more than
      half of the time (waiting for a free slot) three periods in a row:
      park down to what their busy share needs, one more, at most half of
@@ -2965,15 +2966,15 @@ static bool pf__load_moved(uint32_t *streak, bool held, double now, double then)
     return *streak >= 2;
 }
 
-/* The ring autotune gives n workers: their default ring, twice that where
+/* The ring autotune gives n workers: their default ring, or more where
    batches wait behind a late one (at.behind: in order, a load that stalls
    holds the consumer while the others fill every slot after it, and the
    ring, not the workers, bounds how far they get; pf__autotune). At most
-   host_slots (pf__ring_for). */
+   host_slots. */
 static uint32_t pf__at_ring(const pf_loader *l, uint32_t n) {
-    uint64_t r = pf__ring_slots(n, &l->cfg);
-    if (l->at.behind) r *= 2;
-    return r > l->ring.nslots ? l->ring.nslots : (uint32_t)r;
+    uint32_t r = pf__ring_slots(n, &l->cfg);
+    if (r < l->at.behind) r = l->at.behind;
+    return r > l->ring.nslots ? l->ring.nslots : r;
 }
 
 /* A failed trial's slots go back: memory follows what runs down as well
@@ -3149,7 +3150,7 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
    new one (b + n + 1: in order, a late batch holds back the ready ones,
    and a trial without that slack fails for want of slots; the full ring
    where it is small, pf__trial_slots); once it is kept, the default ring
-   for n (pf__ring_slots; twice that behind a late batch, pf__at_ring). A
+   for n (pf__ring_slots; more behind a late batch, pf__at_ring). A
    trial that fails so costs fewer slots. A worker allocates it (and
    touches it: page faults cost milliseconds here), outside the lock, one at
    a time (`growing`), so the consumer never pays for it; the new slots join
@@ -3278,7 +3279,7 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy, eff, behind;
+    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy, eff, behind, behind_t;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
     bool saturated, alike;
     uint32_t loaders;
@@ -3322,6 +3323,7 @@ static void pf__autotune(pf_loader *l) {
     call_pb = pf__sec(l->st.call_ns - l->at.call0) / (double)db;
     step_pb = (dt - pf__sec(waits - l->at.wait0)) / (double)db;
     idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
+    behind_t = pf__sec(l->st.wait_behind_ns - l->at.behind0) / dt;
     behind = waits > l->at.wait0 ? (double)(l->st.wait_behind_ns - l->at.behind0) / (double)(waits - l->at.wait0) : 0;
     pf__at_period_start(l, now, waits);
     pf__ring_follow(l, now);
@@ -3340,7 +3342,7 @@ static void pf__autotune(pf_loader *l) {
     if (l->at.cap < limit && l->at.cap_cpu && !l->ring.capped) l->at.cap = limit, l->at.cap_cpu = false;
     if (pf__load_moved(&l->at.steps_streak, l->at.small_steps, load_pb, l->at.steps_load)) l->at.small_steps = false;
     if (pf__load_moved(&l->at.behind_streak, l->at.behind && !l->at.probing, load_pb, l->at.behind_load))
-        l->at.behind = false; /* pf__ring_follow gives the slots back once settled */
+        l->at.behind = 0; /* pf__ring_follow gives the slots back once settled */
     if (pf__load_moved(&l->at.swap_streak, l->at.swap && l->at.swap != PF__SWAP_TRIAL, load_pb, l->at.swap_load))
         l->at.swap = 0;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
@@ -3668,20 +3670,30 @@ static void pf__autotune(pf_loader *l) {
         pf__trial_start(l, thr_base, load_pb, want > eff ? (double)want / eff - 1 : 0);
         /* Behind a late batch: over half the consumer's wait was for a
            batch still loading while every slot was taken, later batches
-           loaded (in order). The ring bounds how far the workers get past
-           such a stall, whatever their count, so the trial has twice the
-           slots of its count, and keeps them if kept, until the load
-           changes. 1 load in 8 sleeping 5 ms among 1 MiB copies: 4 fixed
-           workers make 2.7k batches/s with their 9 slots, 4.5k with 18; 8
-           make 4.5k with 17, 7.3k with 33; and autotune failed every trial
-           from 1 worker (7 slots for 4, 1.5k) and stayed there, 0.20 of 16
-           fixed (an outside trial) */
+           loaded (in order), or it waited over half the period while the
+           workers waited for a slot over half of theirs (pf_next itself
+           in such a load). The ring bounds how far the workers get past
+           such a stall, whatever their count: they filled it in the part
+           of the period not spent stuck, so the trial gets the ring that
+           would have lasted the period, 1 / (1 - stuck) times this one
+           (at most 20 times, at least twice its count's, at most
+           host_slots), and keeps it if kept, until the load changes. 1
+           load in 8 sleeping 5 ms among 1 MiB copies: 4 fixed workers make
+           2.7k batches/s with their 9 slots, 4.5k with 18; 8 make 4.5k
+           with 17, 7.3k with 33; 1 in 32 sleeping 10 ms: 1-8 workers 2.9k
+           with their rings, 16 with 33 slots 5.1k. Autotune failed every
+           trial from 1 worker (7 slots for 4; then twice the ring, 14 for
+           3, 6-8% more; then 10 times 3, 31 slots, short of the 32 batches
+           from one stall to the next) and stayed there (outside trials) */
         if (behind > 0.5 || (waited > 0.5 && idle > 0.5)) {
-            l->at.behind = true;
+            double stuck = behind_t > idle ? behind_t : idle;
+            double slots = (double)l->ring.nalloc / (1 - (stuck < 0.95 ? stuck : 0.95));
+            uint32_t twice = 2 * pf__ring_slots(want, &l->cfg);
+            l->at.behind = slots < (double)twice ? twice : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
             l->at.behind_load = load_pb;
             l->at.behind_streak = 0;
         }
-        pf__set_active(l, want, l->at.behind && !l->at.behind_was ? "input-bound, behind a late batch: twice the slots" : "input-bound",
+        pf__set_active(l, want, l->at.behind > l->at.behind_was ? "input-bound, behind a late batch: more slots" : "input-bound",
                        waited, thr);
     } else if (waited < 0.01 && idle > 0.5 && l->at.active > 1 && l->at.active > l->at.floor) {
         /* down to what the busy share needs, one more for slack, at most
@@ -3896,7 +3908,12 @@ static void pf__cpu_cap(pf_loader *l, const pf__slot *s) {
     l->ring.on_cpu_ns = l->ring.on_cpu_ns - l->ring.on_cpu_ns / 128 + s->on_cpu_ns;
     l->ring.off_cpu_ns = l->ring.off_cpu_ns - l->ring.off_cpu_ns / 128 + s->off_cpu_ns;
     if (s->slept > 0) {
-        l->ring.gap16 = l->ring.gap16 - l->ring.gap16 / 16 + l->ring.awake_run;
+        /* the first gap seeds it whole: from 0, the gaps after the first
+           sleeps read as 1/16 of themselves, and 1 load in 32 sleeping 10
+           ms at random was capped 6 ms after the first verdict lifted, on
+           a gap of 70 asked loads after one of 70 (an outside trial) */
+        PF__STORE_RELAXED(&l->ring.sleep_est, l->ring.sleep_est - l->ring.sleep_est / 8 + s->off_cpu_ns / 8);
+        l->ring.gap16 = l->ring.gap16 ? l->ring.gap16 - l->ring.gap16 / 16 + l->ring.awake_run : 16 * l->ring.awake_run;
         l->ring.awake_run = 0;
     } else if (l->ring.awake_run < UINT32_MAX / 16) {
         l->ring.awake_run++;
@@ -3931,6 +3948,25 @@ static void pf__cpu_cap(pf_loader *l, const pf__slot *s) {
         pf__format(l->at.msg, sizeof l->at.msg, "workers: loads sleep again: all %u workers load",
                    (unsigned)l->cfg.num_workers);
     }
+}
+
+/* A load's time asleep as the cap counts it (see pf__worker_load): up to
+   4 of the loader's loads (est, smoothed), or of the loads' sleeps as
+   counted (ring.sleep_est), or PF__CAP_OFF_MIN_NS, whichever is most. A
+   rare long sleep among cheap loads finds est at the cheap ones': 1 load
+   in 32 sleeping 10 ms among 1 MiB copies (40 us) counted 160 us a
+   sleep, the loads read as all CPU whenever a window of asked loads held
+   few sleeps, and the cap flipped 4-9 times in 3 s with 64 fixed workers
+   and took autotune from 31 workers to 1 (an outside trial; the loads
+   were asleep 3/4 of their time). A late wake (a short sleep on a busy
+   machine, PF__CAP_OFF_MIN_NS and 4 of its kind at most) moves
+   sleep_est by an eighth of that. */
+#define PF__CAP_OFF_MIN_NS 2000000u
+static uint64_t pf__off_cpu_counted(const pf_loader *l, uint64_t off, uint64_t est) {
+    uint64_t most = 4 * est, usual = 4 * PF__LOAD_RELAXED(&l->ring.sleep_est);
+    if (most < usual) most = usual;
+    if (most < PF__CAP_OFF_MIN_NS) most = PF__CAP_OFF_MIN_NS;
+    return est && off > most ? most : off;
 }
 
 /* Claimed slot s's sample count (lock not held) */
@@ -4092,8 +4128,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
                us CPU loads, 16 workers: capped and lifted 4-22 times in
                10 s, an outside trial) */
             s->on_cpu_ns = cpu1 - cpu0;
-            s->off_cpu_ns = s->slept && took > s->on_cpu_ns ? took - s->on_cpu_ns : 0;
-            if (w->est_ns && s->off_cpu_ns > 4 * w->est_ns) s->off_cpu_ns = 4 * w->est_ns;
+            s->off_cpu_ns = pf__off_cpu_counted(l, s->slept && took > s->on_cpu_ns ? took - s->on_cpu_ns : 0, w->est_ns);
         }
     }
     now += s->call_ns;
