@@ -997,6 +997,7 @@ PF_API uint64_t pf_tar_samples(const pf_tar *t); /* samples indexed */
 #if defined(__linux__)
 #include <sys/mman.h>     /* huge pages for host slots (pf__slot_block) */
 #include <sys/resource.h> /* a load that slept (pf__sleeps) */
+#include <fcntl.h>        /* and how long it waited for a CPU (pf__run_delay_ns) */
 #endif
 
 /* >>threads --------------------------------------------------------------- */
@@ -1424,6 +1425,8 @@ typedef struct pf__worker {
     uint64_t est_ns;        /* its loads' smoothed duration (pf__run_len) */
     uint64_t slot_wait_t0;  /* its wait for a free slot began (0: none), counted up to here (pf__wait_flush) */
     uint32_t nloads;        /* loads it made: some are asked if they slept (pf__cap_ask) */
+    int sched_fd1;          /* /proc/thread-self/schedstat + 1, opened by... (0: not yet, -1: none) */
+    const void *sched_tag;  /* ...this thread (pf__thread_tag): pf_next's record loads on any */
     uint32_t appends, nskip;
     size_t used;
     bool pack;              /* a reader runs the job: the batch is packed */
@@ -2261,6 +2264,42 @@ static long pf__sleeps(void) {
 
 /* A thread-local whose address names the thread that reads it. */
 static PF__THREAD_LOCAL char pf__thread_tag;
+
+/* The calling thread's time runnable but waiting for a CPU, in ns (the
+   scheduler's run delay: /proc/thread-self/schedstat's second field), or
+   UINT64_MAX where unknown. The file stays open in w's record for the
+   thread that opened it (pf_next's record is reopened when another
+   thread loads through it); pf__teardown closes it. */
+static uint64_t pf__run_delay_ns(pf__worker *w) {
+#if defined(__linux__)
+    char buf[96], *end;
+    long n;
+#ifdef O_CLOEXEC
+    const int cloexec = O_CLOEXEC;
+#else
+    const int cloexec = 02000000; /* <fcntl.h> shows it only with POSIX 2008: the generic Linux value */
+#endif
+    if (w->sched_fd1 > 0 && w->sched_tag != &pf__thread_tag) {
+        close(w->sched_fd1 - 1);
+        w->sched_fd1 = 0;
+    }
+    if (w->sched_fd1 == 0) {
+        int fd = open("/proc/thread-self/schedstat", O_RDONLY | cloexec);
+        w->sched_fd1 = fd >= 0 ? fd + 1 : -1;
+        w->sched_tag = &pf__thread_tag;
+    }
+    if (w->sched_fd1 < 0 || lseek(w->sched_fd1 - 1, 0, SEEK_SET) != 0) return UINT64_MAX;
+    n = (long)read(w->sched_fd1 - 1, buf, sizeof buf - 1);
+    if (n <= 0) return UINT64_MAX;
+    buf[n] = '\0';
+    (void)strtoull(buf, &end, 10); /* time on a CPU */
+    if (end == buf) return UINT64_MAX;
+    return (uint64_t)strtoull(end, NULL, 10);
+#else
+    (void)w;
+    return UINT64_MAX;
+#endif
+}
 #ifndef PF__THREAD_CPU_NS /* tests may say what it reads */
 #define PF__THREAD_CPU_NS pf__thread_cpu_ns
 #endif
@@ -4094,7 +4133,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     pf_job job;
     int rc;
     long sleeps;
-    uint64_t now, cpu0 = 0, asked_t0 = 0;
+    uint64_t now, cpu0 = 0, asked_t0 = 0, delay0 = UINT64_MAX;
     pf__worker_up(l, w);
     pf__fill_job(l, s, w, &job);
     w->msg[0] = '\0';
@@ -4103,6 +4142,7 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     sleeps = pf__cap_ask(l, w) ? pf__sleeps() : -1; /* did this load sleep? (pf__cpu_cap) */
     if (sleeps >= 0) { /* and for how long: start and est may be a run's estimates */
         cpu0 = pf__thread_cpu_ns();
+        delay0 = pf__run_delay_ns(w);
         asked_t0 = pf__now_ns();
     }
     now = start ? start : pf__now_ns();
@@ -4113,22 +4153,30 @@ static uint64_t pf__worker_load(pf_loader *l, pf__worker *w, pf__slot *s, uint64
     s->slept = -1;
     if (sleeps >= 0) {
         long after = pf__sleeps();
-        uint64_t took = pf__now_ns() - asked_t0, cpu1 = pf__thread_cpu_ns();
+        uint64_t took = pf__now_ns() - asked_t0, cpu1 = pf__thread_cpu_ns(), delay1 = pf__run_delay_ns(w);
         /* cppcheck-suppress knownConditionTrueFalse ; -1 only where getrusage cannot say */
         if (after >= 0 && cpu0 != UINT64_MAX && cpu1 != UINT64_MAX && cpu1 >= cpu0) {
             s->slept = (signed char)(after > sleeps ? 1 : 0);
             /* its CPU time, and where it slept, the rest of its time (the
-               CPU time's microseconds are noise under that), up to 4 of
-               this worker's loads: on a busy machine a 300 us sleep among
-               200 us CPU loads woke 10 ms late now and then, and such a
-               wait is for a core, not a disk. Not the load's time on the
-               clock: CPU loads sharing the cores take longer by it, and
-               the share of time asleep went down as more workers loaded
-               and up as fewer did (1 load in 20 sleeping 10 ms among 500
-               us CPU loads, 16 workers: capped and lifted 4-22 times in
-               10 s, an outside trial) */
+               CPU time's microseconds are noise under that) less its time
+               runnable but waiting for a CPU: on a busy machine a 300 us
+               sleep among 200 us CPU loads woke 10 ms late now and then,
+               and such a wait is for a core, not a disk. Where that time
+               is unknown, up to what pf__off_cpu_counted allows (a 0.1 ms
+               sleep among 50 us loads, woken late beside a busy loop,
+               counted 2 ms by its floor, and the cap lifted 1-5 times in
+               6 s: an outside trial). Not the load's time on the clock:
+               CPU loads sharing the cores take longer by it, and the share
+               of time asleep went down as more workers loaded and up as
+               fewer did (1 load in 20 sleeping 10 ms among 500 us CPU
+               loads, 16 workers: capped and lifted 4-22 times in 10 s, an
+               outside trial) */
+            uint64_t off = s->slept && took > cpu1 - cpu0 ? took - (cpu1 - cpu0) : 0;
             s->on_cpu_ns = cpu1 - cpu0;
-            s->off_cpu_ns = pf__off_cpu_counted(l, s->slept && took > s->on_cpu_ns ? took - s->on_cpu_ns : 0, w->est_ns);
+            if (delay0 != UINT64_MAX && delay1 != UINT64_MAX && delay1 >= delay0)
+                s->off_cpu_ns = off > delay1 - delay0 ? off - (delay1 - delay0) : 0;
+            else
+                s->off_cpu_ns = pf__off_cpu_counted(l, off, w->est_ns);
         }
     }
     now += s->call_ns;
@@ -6879,6 +6927,10 @@ static void pf__teardown(pf_loader *l) {
     for (i = 0; i < l->pool.started; i++) pf__thread_join(l->pool.w[i].thread);
     /* pf_next's own record: a reader's state, made where pf_next loaded */
     if (l->pool.w && l->pool.w[l->cfg.num_workers].owner) pf__worker_down(l, &l->pool.w[l->cfg.num_workers]);
+#if defined(__linux__)
+    for (i = 0; l->pool.w && i <= l->cfg.num_workers; i++) /* pf__run_delay_ns's files */
+        if (l->pool.w[i].sched_fd1 > 0) close(l->pool.w[i].sched_fd1 - 1);
+#endif
     if (l->ops) l->ops->free_slots(l);
     for (i = 0; i < l->sync.cv_ok; i++) pf__cond_destroy(&l->sync.cv[i]);
     if (l->sync.mu_ok) pf__mutex_destroy(&l->sync.mu);

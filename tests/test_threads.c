@@ -1701,6 +1701,55 @@ static void test_cpu_cap_rare_long_sleeps_are_not_all_cpu(void) {
     }
 }
 
+/* The cap takes a load's time waiting for a CPU out of its time asleep
+   (a short sleep woken late on a busy machine is a wait for a core: a 0.1
+   ms sleep among 50 us loads beside a busy loop lifted the cap 1-5 times
+   in 6 s, an outside trial). pf__run_delay_ns reads the calling thread's
+   run delay, and a record used from another thread (pf_next's, where
+   several threads call pf_next) reads that thread's, not the first's. */
+typedef struct delay_read {
+    pf__worker *w;
+    uint64_t v;
+    const void *tag;
+} delay_read;
+static void *read_delay_elsewhere(void *arg) {
+    delay_read *d = (delay_read *)arg;
+    d->v = pf__run_delay_ns(d->w);
+    d->tag = d->w->sched_tag;
+    return NULL;
+}
+static void test_cpu_cap_reads_this_thread_s_run_delay(void) {
+    pf__worker w;
+    delay_read d;
+    pthread_t th;
+    uint64_t a, b;
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    memset(&w, 0, sizeof w);
+    a = pf__run_delay_ns(&w);
+    b = pf__run_delay_ns(&w);
+#if defined(__linux__)
+    if (f) { /* the scheduler says: known, and never going back */
+        CHECKF(a != UINT64_MAX && b != UINT64_MAX && b >= a, "run delay %llu then %llu", (unsigned long long)a,
+               (unsigned long long)b);
+        CHECK(w.sched_fd1 > 0);
+    } else { /* no schedstat here: unknown, and not asked again */
+        CHECK_EQ(a, UINT64_MAX);
+        CHECK_EQ(w.sched_fd1, -1);
+    }
+#else
+    CHECK_EQ(a, UINT64_MAX);
+#endif
+    if (f) fclose(f);
+    d.w = &w;
+    CHECK_EQ(pthread_create(&th, NULL, read_delay_elsewhere, &d), 0);
+    pthread_join(th, NULL);
+    CHECK(d.v == UINT64_MAX || d.tag != (const void *)&pf__thread_tag); /* reopened for that thread */
+    CHECK(pf__run_delay_ns(&w) == UINT64_MAX || w.sched_tag == (const void *)&pf__thread_tag); /* and back */
+#if defined(__linux__)
+    if (w.sched_fd1 > 0) close(w.sched_fd1 - 1);
+#endif
+}
+
 /* pf_next loading beside the workers counts as a loader when autotune
    grows the count: 2 workers plus pf_next is 3 loaders, so the trial goes
    past 3 (up to 6), which would only take over pf_next's loads (I/O
@@ -3881,6 +3930,7 @@ static const h_test tests[] = {
     {"cpu_cap_counts_pf_next_by_its_loads", test_cpu_cap_counts_pf_next_by_its_loads},
     {"cpu_cap_asks_pf_next_s_loads", test_cpu_cap_asks_pf_next_s_loads},
     {"cpu_cap_rare_long_sleeps_are_not_all_cpu", test_cpu_cap_rare_long_sleeps_are_not_all_cpu},
+    {"cpu_cap_reads_this_thread_s_run_delay", test_cpu_cap_reads_this_thread_s_run_delay},
     {"cpu_cap_one_more_needs_room_in_the_ring", test_cpu_cap_one_more_needs_room_in_the_ring},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
