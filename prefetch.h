@@ -1425,8 +1425,7 @@ typedef struct pf__worker {
     uint64_t est_ns;        /* its loads' smoothed duration (pf__run_len) */
     uint64_t slot_wait_t0;  /* its wait for a free slot began (0: none), counted up to here (pf__wait_flush) */
     uint32_t nloads;        /* loads it made: some are asked if they slept (pf__cap_ask) */
-    int sched_fd1;          /* /proc/thread-self/schedstat + 1, opened by... (0: not yet, -1: none) */
-    const void *sched_tag;  /* ...this thread (pf__thread_tag): pf_next's record loads on any */
+    int sched_fd1;          /* its thread's /proc/thread-self/schedstat + 1, kept open (pf__run_delay_ns) */
     uint32_t appends, nskip;
     size_t used;
     bool pack;              /* a reader runs the job: the batch is packed */
@@ -2267,34 +2266,48 @@ static PF__THREAD_LOCAL char pf__thread_tag;
 
 /* The calling thread's time runnable but waiting for a CPU, in ns (the
    scheduler's run delay: /proc/thread-self/schedstat's second field), or
-   UINT64_MAX where unknown. The file stays open in w's record for the
-   thread that opened it (pf_next's record is reopened when another
-   thread loads through it); pf__teardown closes it. */
-static uint64_t pf__run_delay_ns(pf__worker *w) {
+   UINT64_MAX where unknown. A worker among the first PF__SCHED_KEPT keeps
+   the file open from its start (pf__sched_keep, where the CPU cap asks:
+   an lseek and a read, 1 us here, where opening it costs 5 us); the
+   others, and pf_next's record (any thread may load through it), open
+   it for each read. Never more files than that while the loader runs;
+   pf__teardown closes them. */
+#define PF__SCHED_KEPT 16u
 #if defined(__linux__)
+static uint64_t pf__sched_read(int fd) {
     char buf[96], *end;
-    long n;
-#ifdef O_CLOEXEC
-    const int cloexec = O_CLOEXEC;
-#else
-    const int cloexec = 02000000; /* <fcntl.h> shows it only with POSIX 2008: the generic Linux value */
-#endif
-    if (w->sched_fd1 > 0 && w->sched_tag != &pf__thread_tag) {
-        close(w->sched_fd1 - 1);
-        w->sched_fd1 = 0;
-    }
-    if (w->sched_fd1 == 0) {
-        int fd = open("/proc/thread-self/schedstat", O_RDONLY | cloexec);
-        w->sched_fd1 = fd >= 0 ? fd + 1 : -1;
-        w->sched_tag = &pf__thread_tag;
-    }
-    if (w->sched_fd1 < 0 || lseek(w->sched_fd1 - 1, 0, SEEK_SET) != 0) return UINT64_MAX;
-    n = (long)read(w->sched_fd1 - 1, buf, sizeof buf - 1);
+    long n = lseek(fd, 0, SEEK_SET) == 0 ? (long)read(fd, buf, sizeof buf - 1) : -1;
     if (n <= 0) return UINT64_MAX;
     buf[n] = '\0';
     (void)strtoull(buf, &end, 10); /* time on a CPU */
-    if (end == buf) return UINT64_MAX;
-    return (uint64_t)strtoull(end, NULL, 10);
+    return end == buf ? UINT64_MAX : (uint64_t)strtoull(end, NULL, 10);
+}
+static int pf__sched_open(void) {
+#ifdef O_CLOEXEC
+    return open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+#else
+    return open("/proc/thread-self/schedstat", O_RDONLY | 02000000); /* <fcntl.h> shows it only with POSIX 2008 */
+#endif
+}
+#endif
+static void pf__sched_keep(pf__worker *w) { /* on w's own thread, at its start */
+#if defined(__linux__)
+    int fd = pf__sched_open();
+    w->sched_fd1 = fd >= 0 ? fd + 1 : 0;
+#else
+    (void)w;
+#endif
+}
+static uint64_t pf__run_delay_ns(const pf__worker *w) {
+#if defined(__linux__)
+    uint64_t v;
+    int fd;
+    if (w->sched_fd1 > 0) return pf__sched_read(w->sched_fd1 - 1);
+    fd = pf__sched_open();
+    if (fd < 0) return UINT64_MAX;
+    v = pf__sched_read(fd);
+    close(fd);
+    return v;
 #else
     (void)w;
     return UINT64_MAX;
@@ -4303,6 +4316,7 @@ static PF__THREAD_FN pf__worker_main(void *arg) {
     int prev; /* the result of the run's last load */
     if (l->ops->bind_thread) l->ops->bind_thread(l); /* a load that calls CUDA uses the loader's GPU */
     if (!pf__worker_gate(l)) PF__THREAD_RETURN;
+    if (l->sync.cap_ask && w->id < PF__SCHED_KEPT) pf__sched_keep(w); /* the CPU cap asks its loads */
     if (l->cfg.on_worker_start) l->cfg.on_worker_start(l->cfg.user, w->id);
     /* One clock read per batch: the end of a load is the start of the next
        claim (or the wakeup after a wait). */

@@ -1701,55 +1701,6 @@ static void test_cpu_cap_rare_long_sleeps_are_not_all_cpu(void) {
     }
 }
 
-/* The cap takes a load's time waiting for a CPU out of its time asleep
-   (a short sleep woken late on a busy machine is a wait for a core: a 0.1
-   ms sleep among 50 us loads beside a busy loop lifted the cap 1-5 times
-   in 6 s, an outside trial). pf__run_delay_ns reads the calling thread's
-   run delay, and a record used from another thread (pf_next's, where
-   several threads call pf_next) reads that thread's, not the first's. */
-typedef struct delay_read {
-    pf__worker *w;
-    uint64_t v;
-    const void *tag;
-} delay_read;
-static void *read_delay_elsewhere(void *arg) {
-    delay_read *d = (delay_read *)arg;
-    d->v = pf__run_delay_ns(d->w);
-    d->tag = d->w->sched_tag;
-    return NULL;
-}
-static void test_cpu_cap_reads_this_thread_s_run_delay(void) {
-    pf__worker w;
-    delay_read d;
-    pthread_t th;
-    uint64_t a, b;
-    FILE *f = fopen("/proc/thread-self/schedstat", "r");
-    memset(&w, 0, sizeof w);
-    a = pf__run_delay_ns(&w);
-    b = pf__run_delay_ns(&w);
-#if defined(__linux__)
-    if (f) { /* the scheduler says: known, and never going back */
-        CHECKF(a != UINT64_MAX && b != UINT64_MAX && b >= a, "run delay %llu then %llu", (unsigned long long)a,
-               (unsigned long long)b);
-        CHECK(w.sched_fd1 > 0);
-    } else { /* no schedstat here: unknown, and not asked again */
-        CHECK_EQ(a, UINT64_MAX);
-        CHECK_EQ(w.sched_fd1, -1);
-    }
-#else
-    CHECK_EQ(a, UINT64_MAX);
-#endif
-    if (f) fclose(f);
-    d.w = &w;
-    CHECK_EQ(pthread_create(&th, NULL, read_delay_elsewhere, &d), 0);
-    pthread_join(th, NULL);
-    CHECK(d.v == UINT64_MAX || d.tag != (const void *)&pf__thread_tag); /* reopened for that thread */
-    CHECK(pf__run_delay_ns(&w) == UINT64_MAX || w.sched_tag == (const void *)&pf__thread_tag); /* and back */
-#if defined(__linux__)
-    if (w.sched_fd1 > 0) close(w.sched_fd1 - 1);
-#endif
-}
-
 /* pf_next loading beside the workers counts as a loader when autotune
    grows the count: 2 workers plus pf_next is 3 loaders, so the trial goes
    past 3 (up to 6), which would only take over pf_next's loads (I/O
@@ -3038,6 +2989,60 @@ static pf_loader *cap_loader(bool next_loads) {
     if (next_loads) cfg.timeout_ms = 0;
     return t_create_2cpus(&cfg);
 }
+/* The cap takes a load's time waiting for a CPU out of its time asleep
+   (a short sleep woken late on a busy machine is a wait for a core: a 0.1
+   ms sleep among 50 us loads beside a busy loop lifted the cap 1-5 times
+   in 6 s, an outside trial). pf__run_delay_ns reads the calling thread's
+   run delay: through the file a worker among the first PF__SCHED_KEPT
+   keeps open from its start, where the cap asks, or opened for the read
+   (pf_next's record, the other workers): never more files than that. */
+static int fds_open(void) {
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++) n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+static void test_cpu_cap_reads_the_run_delay(void) {
+    pf__worker w;
+    uint64_t a, b;
+    int fd0 = fds_open();
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    bool known = f != NULL;
+    if (f) fclose(f);
+    memset(&w, 0, sizeof w);
+    a = pf__run_delay_ns(&w); /* opened for the read */
+    CHECK_EQ(w.sched_fd1, 0);
+    CHECK_EQ(fds_open(), fd0);
+    pf__sched_keep(&w); /* kept */
+    b = pf__run_delay_ns(&w);
+    if (known) {
+        CHECKF(a != UINT64_MAX && b != UINT64_MAX && b >= a, "run delay %llu then %llu", (unsigned long long)a,
+               (unsigned long long)b);
+        CHECK(w.sched_fd1 > 0);
+        CHECK_EQ(fds_open(), fd0 + 1);
+        close(w.sched_fd1 - 1);
+    } else { /* no schedstat here: unknown either way */
+        CHECK(a == UINT64_MAX && b == UINT64_MAX);
+    }
+    /* a loader whose cap asks: a file for each of its first 16 workers, all
+       closed by pf_destroy */
+    {
+        pf_config cfg = t_config_base(64, 1, 8, 1);
+        pf_loader *l;
+        cfg.load = nothing;
+        cfg.num_workers = 24;
+        cfg.backend = PF_BACKEND_HOST;
+        l = t_create_2cpus(&cfg);
+        if (l) {
+            double until = t_now_s() + 10;
+            int n;
+            while ((n = fds_open()) < fd0 + (known ? 16 : 0) && t_now_s() < until) t_sleep_us(1000); /* bounded */
+            CHECKF(n == fd0 + (known ? 16 : 0), "%d files open beside the %d before", n - fd0, fd0);
+            pf_destroy(l);
+            CHECK_EQ(fds_open(), fd0);
+        }
+    }
+}
+
 /* pf_next's own loads are asked whether they slept, as a worker's are:
    1 load in 8 sleeping 5 ms among 1 MiB copies, pf_next took every
    sleeping one (the next batch, while the worker waited for a slot), the
@@ -3930,7 +3935,7 @@ static const h_test tests[] = {
     {"cpu_cap_counts_pf_next_by_its_loads", test_cpu_cap_counts_pf_next_by_its_loads},
     {"cpu_cap_asks_pf_next_s_loads", test_cpu_cap_asks_pf_next_s_loads},
     {"cpu_cap_rare_long_sleeps_are_not_all_cpu", test_cpu_cap_rare_long_sleeps_are_not_all_cpu},
-    {"cpu_cap_reads_this_thread_s_run_delay", test_cpu_cap_reads_this_thread_s_run_delay},
+    {"cpu_cap_reads_the_run_delay", test_cpu_cap_reads_the_run_delay},
     {"cpu_cap_one_more_needs_room_in_the_ring", test_cpu_cap_one_more_needs_room_in_the_ring},
     {"autotune_grows_in_huge_pages", test_autotune_grows_in_huge_pages},
     {"autotune_ring_follows_the_count_down", test_autotune_ring_follows_the_count_down},
