@@ -2979,10 +2979,11 @@ static void cap_window(pf_loader *l, uint64_t next_loads, double busy) {
     pf__cap_caller(l);
 }
 /* 4 workers told 2 CPUs, a ring of 64 slots, loads that do nothing (the
-   tests below judge the cap by hand); next_loads: pf_next may load */
-static pf_loader *cap_loader(bool next_loads) {
+   tests below judge the cap by hand) unless `load` is given; next_loads:
+   pf_next may load */
+static pf_loader *cap_loader(bool next_loads, int (*load)(void *, pf_job *)) {
     pf_config cfg = t_config_base(64, 1, 8, 1);
-    cfg.load = nothing;
+    cfg.load = load ? load : nothing;
     cfg.num_workers = 4;
     cfg.host_slots = 64;
     cfg.backend = PF_BACKEND_HOST;
@@ -3059,14 +3060,9 @@ static int sleeps_on_the_caller(void *user, pf_job *job) {
     return 0;
 }
 static void test_cpu_cap_asks_pf_next_s_loads(void) {
-    pf_config cfg = t_config_base(64, 1, 8, 1);
     pf_loader *l;
-    cfg.load = sleeps_on_the_caller;
-    cfg.num_workers = 4;
-    cfg.host_slots = 64;
-    cfg.backend = PF_BACKEND_HOST;
     caller_thread = pthread_self();
-    l = t_create_2cpus(&cfg);
+    l = cap_loader(true, sleeps_on_the_caller);
     if (!l) return;
     pf__lock(&l->sync.mu);
     l->ring.capped = true;
@@ -3078,7 +3074,7 @@ static void test_cpu_cap_asks_pf_next_s_loads(void) {
 }
 
 static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
-    pf_loader *l = cap_loader(true);
+    pf_loader *l = cap_loader(true, NULL);
     uint32_t k;
     t_cpu_share = 0.3; /* the caller's thread: not busy */
     pf__lock(&l->sync.mu);
@@ -3126,7 +3122,7 @@ static void test_cpu_cap_counts_pf_next_by_its_loads(void) {
    slots under a sleeping step: 3 workers and 7 slots at 0.57 of 1 worker,
    an outside trial). */
 static void test_cpu_cap_one_more_needs_room_in_the_ring(void) {
-    pf_loader *l = cap_loader(false);
+    pf_loader *l = cap_loader(false, NULL);
     uint32_t k, had;
     pf__lock(&l->sync.mu);
     l->ring.load_est = 1000000;
