@@ -1660,6 +1660,13 @@ typedef struct pf__pool {
     uint32_t started;
 } pf__pool;
 
+/* (>>autotune) a verdict held while the load per batch stays what it was
+   decided at (pf__hold, pf__load_moved) */
+typedef struct pf__held {
+    double load;     /* the load per batch it was decided at          */
+    uint32_t streak; /* periods in a row whose load drifted from it   */
+} pf__held;
+
 /* (>>autotune) workers 0 .. active-1 load, the rest park */
 typedef struct pf__tuner {
     uint32_t active;
@@ -1672,8 +1679,7 @@ typedef struct pf__tuner {
     double load_last;      /* ...and its load time per batch               */
     uint32_t before;       /* active before it                             */
     uint32_t cap;          /* more did not help: stay at or below...       */
-    uint32_t cap_streak;   /* periods in a row whose load drifted from cap_load */
-    double cap_load;       /* ...while the load per batch stays near this  */
+    pf__held cap_held;     /* ...while the load per batch stays near this  */
     uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
     uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
     bool cap_cpu;          /* ...set while the loads never slept (ring.capped) */
@@ -1681,16 +1687,13 @@ typedef struct pf__tuner {
                               their count's): the consumer waited behind a
                               late batch with the ring full (pf__autotune)... */
     uint32_t behind_was;   /* ...as it was before the trial on               */
-    double behind_load;    /* ...while the load per batch stays near this    */
-    uint32_t behind_streak; /* periods in a row whose load drifted from it   */
+    pf__held behind_held;  /* ...while the load per batch stays near this    */
     uint64_t behind0;      /* the period's start: st.wait_behind_ns          */
     bool small_steps;      /* the last trial failed or gained under half its
                               rise: trials step by a quarter, not doubling... */
-    double steps_load;     /* ...while the load per batch stays near this  */
-    uint32_t steps_streak; /* periods in a row whose load drifted from it  */
+    pf__held steps_held;   /* ...while the load per batch stays near this  */
     uint32_t swap;         /* PF__SWAP_*: a worker per CPU for pf_next's share */
-    double swap_load;      /* ...decided at this load per batch...          */
-    uint32_t swap_streak;  /* ...periods in a row the load drifted from it  */
+    pf__held swap_held;    /* ...while the load per batch stays near this  */
     bool caller_loads;     /* pf_next loaded a loader's share (pf__trial_slots) */
     bool probing;          /* the last change was an increase, on trial    */
     uint32_t probe_stage;  /* ...periods of it that did not pass (0-2)     */
@@ -3010,12 +3013,18 @@ static void pf__trial_start(pf_loader *l, double thr_base, double load_pb, doubl
 
 static bool pf__drifted(double now, double then) { return now > then * 1.33 || now < then * 0.75; }
 
-/* A verdict held while the load stays what it was decided at (then):
-   true once the period's load per batch (now) drifted from it two periods
-   in a row, not one noisy one; *streak counts them (0 while not held). */
-static bool pf__load_moved(uint32_t *streak, bool held, double now, double then) {
-    *streak = held && pf__drifted(now, then) ? *streak + 1 : 0;
-    return *streak >= 2;
+/* A verdict (at.cap, small_steps, behind, swap) held while the load
+   stays what it was decided at: pf__hold when it is taken; pf__load_moved
+   is true once the period's load per batch (now) drifted from it two
+   periods in a row, not one noisy one (h->streak counts them, 0 while
+   the verdict is not held). */
+static void pf__hold(pf__held *h, double load) {
+    h->load = load;
+    h->streak = 0;
+}
+static bool pf__load_moved(pf__held *h, bool held, double now) {
+    h->streak = held && pf__drifted(now, h->load) ? h->streak + 1 : 0;
+    return h->streak >= 2;
 }
 
 /* The ring autotune gives n workers: their default ring, or more where
@@ -3384,7 +3393,7 @@ static void pf__autotune(pf_loader *l) {
     busy = cpu0 && l->at.cpu0 ? pf__sec(l->at.cpu0 - cpu0) / dt : 0;
     saturated = busy >= 0.9 * (double)l->sync.ncpu || busy >= (double)l->sync.ncpu - 0.5; /* no half a core free */
     /* the load changed (pf__load_moved): the verdicts taken on it go */
-    if (pf__load_moved(&l->at.cap_streak, l->at.cap < limit, load_pb, l->at.cap_load))
+    if (pf__load_moved(&l->at.cap_held, l->at.cap < limit, load_pb))
         l->at.cap = limit, l->at.cap_backoff = 0;
     /* a ceiling set while the loads never slept, never tried again, goes
        once they sleep: 1 load in 8 sleeping 5 ms among 1 MiB copies had
@@ -3392,10 +3401,10 @@ static void pf__autotune(pf_loader *l) {
        that verdict, and ran on 1 worker for good (0.22 of 16 fixed, 1 run
        in 8), the cap long lifted */
     if (l->at.cap < limit && l->at.cap_cpu && !l->ring.capped) l->at.cap = limit, l->at.cap_cpu = false;
-    if (pf__load_moved(&l->at.steps_streak, l->at.small_steps, load_pb, l->at.steps_load)) l->at.small_steps = false;
-    if (pf__load_moved(&l->at.behind_streak, l->at.behind && !l->at.probing, load_pb, l->at.behind_load))
+    if (pf__load_moved(&l->at.steps_held, l->at.small_steps, load_pb)) l->at.small_steps = false;
+    if (pf__load_moved(&l->at.behind_held, l->at.behind && !l->at.probing, load_pb))
         l->at.behind = 0; /* pf__ring_follow gives the slots back once settled */
-    if (pf__load_moved(&l->at.swap_streak, l->at.swap && l->at.swap != PF__SWAP_TRIAL, load_pb, l->at.swap_load))
+    if (pf__load_moved(&l->at.swap_held, l->at.swap && l->at.swap != PF__SWAP_TRIAL, load_pb))
         l->at.swap = 0;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
@@ -3583,8 +3592,7 @@ static void pf__autotune(pf_loader *l) {
            gain, and 1 ms sleeps that 64 workers run twice as fast stayed
            at 28-56 for good (an outside trial, 5 runs in 27) */
         l->at.small_steps = failed || (waited > 0.01 && gain < 0.5 * l->at.trial_rise);
-        l->at.steps_load = l->at.load_before;
-        l->at.steps_streak = 0;
+        pf__hold(&l->at.steps_held, l->at.load_before);
         if (l->at.swap == PF__SWAP_TRIAL) l->at.swap = failed ? PF__SWAP_FAILED : PF__SWAP_KEPT;
         /* judged on its second period: the one before was the trial's
            first, no baseline for what follows in this one (a worker past
@@ -3594,7 +3602,7 @@ static void pf__autotune(pf_loader *l) {
         l->at.probing = false;
         if (failed) {
             l->at.cap = l->at.before;
-            l->at.cap_load = l->at.load_before; /* measured at that count: more workers stretch it */
+            pf__hold(&l->at.cap_held, l->at.load_before); /* measured at that count: more workers stretch it */
             /* with loads that sleep, tried again after PF__AT_RETRY
                periods, twice as many after each failure in a row: a trial
                judged on two periods of 20 ms fails on noise or on its new
@@ -3678,7 +3686,7 @@ static void pf__autotune(pf_loader *l) {
             l->sync.ncpu <= limit && l->sync.ncpu <= l->at.cap &&
             (waited > 0.5 || (busy > 0 && busy < l->sync.ncpu - 0.25 && call_pb >= 0.5e-9 * PF__TAKER_HOLD_NS)) && alike) {
             l->at.swap = PF__SWAP_TRIAL;
-            l->at.swap_load = load_pb;
+            pf__hold(&l->at.swap_held, load_pb);
             pf__trial_start(l, thr_base, load_pb, 0); /* as many loaders, one a worker */
             pf__set_active(l, l->sync.ncpu, "pf_next loads a share of CPU loads while it waits: a worker per CPU instead",
                            waited, thr);
@@ -3742,8 +3750,7 @@ static void pf__autotune(pf_loader *l) {
             double slots = (double)l->ring.nalloc / (1 - (stuck < 0.95 ? stuck : 0.95));
             uint32_t twice = 2 * pf__ring_slots(want, &l->cfg);
             l->at.behind = slots < (double)twice ? twice : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
-            l->at.behind_load = load_pb;
-            l->at.behind_streak = 0;
+            pf__hold(&l->at.behind_held, load_pb);
         }
         pf__set_active(l, want, l->at.behind > l->at.behind_was ? "input-bound, behind a late batch: more slots" : "input-bound",
                        waited, thr);
