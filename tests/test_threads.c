@@ -1176,6 +1176,28 @@ static void test_autotune_cpu_ceiling_goes_when_loads_sleep(void) {
     pf_destroy(l);
 }
 
+/* A ceiling goes once the load drifts from the one it was set at two
+   periods in a row. One set by a failed trial while an older ceiling was
+   held starts its count afresh: the older one's drifting period is not
+   the new one's first (it kept its streak, and went after one). */
+static void test_autotune_new_ceiling_counts_its_own_drift(void) {
+    pf_loader *l = judged_loader(16, true);
+    /* a ceiling of 8 held, its load unlike this period's; a trial of 2 ->
+       4 in it fails: a ceiling at 2, set at the trial's load (1 ms) */
+    judged p = {.workers = 4, .cpu = true, .trial_from = 2, .trial_thr = 1000, .stage = 2, .cap = 8, .load = 4e-3};
+    CHECK_EQ(judged_period(l, &p), 2u);
+    CHECK_EQ(p.cap, 2u);
+    /* one period at twice its load: held */
+    p = (judged){.workers = 2, .last_n = 2, .cpu = true, .cap = 2, .load = 2e-3};
+    judged_period(l, &p);
+    CHECKF(p.cap == 2u, "the ceiling went after one drifting period: %u", (unsigned)p.cap);
+    /* the second in a row: it goes */
+    p = (judged){.workers = 2, .last_n = 2, .cpu = true, .cap = 2, .load = 2e-3};
+    judged_period(l, &p);
+    CHECKF(p.cap == 16u, "the ceiling held after two drifting periods: %u", (unsigned)p.cap);
+    pf_destroy(l);
+}
+
 /* A trial is judged against the better of its period and the one before
    only where the one before is of the same loads and not twice as fast: a
    memcpy phase's 700k batches/s before 1 ms loads undid every trial of
@@ -3901,6 +3923,7 @@ static const h_test tests[] = {
     {"autotune_trial_judged_on_two_periods", test_autotune_trial_judged_on_two_periods},
     {"autotune_baseline_of_the_same_loads", test_autotune_baseline_of_the_same_loads},
     {"autotune_cpu_ceiling_goes_when_loads_sleep", test_autotune_cpu_ceiling_goes_when_loads_sleep},
+    {"autotune_new_ceiling_counts_its_own_drift", test_autotune_new_ceiling_counts_its_own_drift},
     {"autotune_retries_a_failed_trial", test_autotune_retries_a_failed_trial},
     {"autotune_trial_ring", test_autotune_trial_ring},
     {"autotune_trial_behind_a_late_batch_gets_more_slots", test_autotune_trial_behind_a_late_batch_gets_more_slots},
