@@ -1670,7 +1670,7 @@ typedef struct pf__held {
 /* (>>autotune) workers 0 .. active-1 load, the rest park */
 typedef struct pf__tuner {
     uint32_t active;
-    uint64_t t0, batches0, wait0, load0, wwait0, call0, cpu0, next0; /* the period's start */
+    uint64_t t0, batches0, wait0, load0, wwait0, call0, cpu0, next0, input0; /* the period's start */
     uint64_t batches_prev; /* the start of the period just measured       */
     double thr_before;     /* throughput before the last increase         */
     double load_before;    /* and the load time per batch then            */
@@ -1682,6 +1682,8 @@ typedef struct pf__tuner {
     pf__held cap_held;     /* ...while the load per batch stays near this  */
     uint32_t cap_wait;     /* ...or, loads that sleep, for this many periods */
     uint32_t cap_backoff;  /* ...doubling with each failed trial in a row   */
+    uint32_t grow_wait;    /* periods until a failed growth may be tried again... */
+    uint32_t grow_backoff; /* ...doubling with each failure in a row         */
     bool cap_cpu;          /* ...set while the loads never slept (ring.capped) */
     uint32_t behind;       /* trials and the ring get at least these slots (0:
                               their count's): the consumer waited behind a
@@ -3027,6 +3029,15 @@ static bool pf__load_moved(pf__held *h, bool held, double now) {
     return h->streak >= 2;
 }
 
+/* Behind a late batch (pf__autotune): the ring that would have lasted
+   the period, 1 / (1 - stuck) times this one (at most 20 times), at
+   least twice n workers' ring, at most host_slots. */
+static uint32_t pf__behind_slots(const pf_loader *l, double stuck, uint32_t n) {
+    double slots = (double)l->ring.nalloc / (1 - (stuck < 0.95 ? stuck : 0.95));
+    uint32_t twice = 2 * pf__ring_slots(n, &l->cfg);
+    return slots < (double)twice ? twice : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
+}
+
 /* The ring autotune gives n workers: their default ring, or more where
    batches wait behind a late one (at.behind: in order, a load that stalls
    holds the consumer while the others fill every slot after it, and the
@@ -3201,6 +3212,7 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.cpu0 = pf__cpu_ns();
     l->at.next0 = l->st.next_loads;
     l->at.behind0 = l->st.wait_behind_ns;
+    l->at.input0 = l->st.wait_input_ns;
 }
 
 
@@ -3218,11 +3230,19 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
    the free stack and the workers are told. A failed trial's block goes
    back once every slot in it is free (pf__shrink), and so do the blocks a
    count that came down and settled no longer needs (pf__ring_follow). If
-   the allocation fails the ring stays as it is, and autotune keeps
-   within what it can keep busy. Lock held on entry and return. */
+   the allocation fails the ring stays as it is, autotune keeps within
+   what it can keep busy, and growth is tried again after PF__AT_RETRY
+   periods (doubling up to PF__AT_RETRY_MAX). Lock held on entry and
+   return. */
 static bool pf__grow_due(const pf_loader *l) { return l->ring.grow_to > l->ring.nalloc && !l->ring.growing && !l->sync.stopping; }
 
 static uint32_t pf__grow_whole(const pf_loader *l, uint32_t from, uint32_t to); /* >>backend host */
+
+/* A backoff after another failure in a row: first, then twice the last,
+   up to most */
+static uint32_t pf__backoff(uint32_t last, uint32_t first, uint32_t most) {
+    return !last ? first : last >= most / 2 ? most : 2 * last;
+}
 
 static void pf__grow(pf_loader *l) {
     uint32_t from = l->ring.nalloc, to = l->ring.grow_to;
@@ -3241,8 +3261,11 @@ static void pf__grow(pf_loader *l) {
     if (!ok) {
         l->ring.grow_failed = true;
         l->ring.grow_to = l->ring.nalloc;
+        l->at.grow_backoff = pf__backoff(l->at.grow_backoff, PF__AT_RETRY, PF__AT_RETRY_MAX);
+        l->at.grow_wait = l->at.grow_backoff;
     } else {
         uint32_t i;
+        l->at.grow_backoff = 0;
         l->ring.grown_from[l->ring.ngrown - 1] = from;
         for (i = from; i < to; i++) l->ring.free_stack[l->ring.nfree++] = i;
         l->ring.nalloc = to;
@@ -3253,20 +3276,22 @@ static void pf__grow(pf_loader *l) {
     }
     pf__wake_takers(l); /* a pf_next that waited for this growth (no worker may wake it) */
     if (!ok) {
+        /* said at WARN the first time (throughput is held back by memory),
+           and tried again after PF__AT_RETRY periods, twice as many after
+           each failure in a row (pf__autotune): pinned memory another
+           process held may come back, and one failed cudaHostAlloc left
+           an outside trial's ring at 3 slots for good, 0.4-0.5 of what it
+           made once it could grow */
+        uint32_t wait = l->at.grow_wait;
         pf__unlock_wake(l);
-        pf__log(&l->cfg, PF_LOG_INFO, "autotune: could not allocate %u more slots of %llu bytes; the ring stays at %u",
-                (unsigned)(to - from), (unsigned long long)l->stride, (unsigned)from);
+        pf__log(&l->cfg, wait == PF__AT_RETRY ? PF_LOG_WARN : PF_LOG_INFO,
+                "autotune: could not allocate %u more slots of %llu bytes; the ring stays at %u (tried again in %u "
+                "periods)", (unsigned)(to - from), (unsigned long long)l->stride, (unsigned)from, (unsigned)wait);
         pf__lock(&l->sync.mu);
     }
 }
 
 static void pf__wait_flush(pf_loader *l, uint64_t now); /* >>consumer */
-
-/* A backoff after another failure in a row: first, then twice the last,
-   up to most */
-static uint32_t pf__backoff(uint32_t last, uint32_t first, uint32_t most) {
-    return !last ? first : last >= most / 2 ? most : 2 * last;
-}
 
 /* pf_next loaded a loader's share of `batches` beside `active` workers:
    half a worker's or more (autotune's periods, the CPU cap's windows) */
@@ -3340,7 +3365,7 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, thr_base, waited, load_pb, step_pb, idle, call_pb, busy, eff, behind, behind_t;
+    double dt, thr, thr_base, waited, waited_in, load_pb, step_pb, idle, call_pb, busy, eff, behind, behind_t, stuck;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
     bool saturated, alike;
     uint32_t loaders;
@@ -3365,6 +3390,7 @@ static void pf__autotune(pf_loader *l) {
     if (dt <= 0) return;
     thr = (double)db / dt;
     waited = pf__sec(waits - l->at.wait0) / dt;
+    waited_in = pf__sec(l->st.wait_input_ns - l->at.input0) / dt; /* for input alone, not behind copies */
     load_pb = pf__sec(l->st.load_ns - l->at.load0) / (double)db;
     /* an increase is judged against the better of this period and the one
        before it at the same count: a slow period (the machine shared) is
@@ -3386,6 +3412,9 @@ static void pf__autotune(pf_loader *l) {
     idle = l->at.active ? pf__sec(l->st.worker_wait_ns - l->at.wwait0) / (dt * l->at.active) : 0;
     behind_t = pf__sec(l->st.wait_behind_ns - l->at.behind0) / dt;
     behind = waits > l->at.wait0 ? (double)(l->st.wait_behind_ns - l->at.behind0) / (double)(waits - l->at.wait0) : 0;
+    /* slots, not workers, were short (behind a late batch, below): the
+       share of the period they were */
+    stuck = behind > 0.5 || (waited_in > 0.5 && idle > 0.5) ? (behind_t > idle ? behind_t : idle) : 0;
     pf__at_period_start(l, now, waits);
     pf__ring_follow(l, now);
     /* every core busy (the process's CPU time, all its threads): more
@@ -3407,6 +3436,7 @@ static void pf__autotune(pf_loader *l) {
     if (pf__load_moved(&l->at.swap_held, l->at.swap && l->at.swap != PF__SWAP_TRIAL, load_pb))
         l->at.swap = 0;
     if (l->at.cap < limit && l->at.cap_wait && --l->at.cap_wait == 0) l->at.cap = limit; /* tried again */
+    if (l->ring.grow_failed && l->at.grow_wait && --l->at.grow_wait == 0) l->ring.grow_failed = false; /* (pf__grow) */
     if (l->at.floor > 1 && pf__drifted(step_pb, l->at.floor_step)) l->at.floor = 1;  /* the step changed */
     /* a period in which the consumer hardly waited (a pause in the loop,
        an evaluation) judges no trial of pf_next loading: it stays on
@@ -3591,6 +3621,25 @@ static void pf__autotune(pf_loader *l) {
            by one: at 28 workers one more is 3.6%, under what a trial must
            gain, and 1 ms sleeps that 64 workers run twice as fast stayed
            at 28-56 for good (an outside trial, 5 runs in 27) */
+        /* A trial that waited behind a late batch over half its wait
+           (or over half its time, its workers waiting for a slot half of
+           theirs) failed for want of slots, not workers, where the ring
+           that would have lasted it is larger than the one it had: it is
+           tried again with that ring (at.behind), and sets no ceiling
+           (each time with a larger ring, up to host_slots). From one worker, or
+           with pf_next loading, nothing waits behind a late batch before
+           a trial shows it: on CUDA (pf_next does not load), 1 load in 8
+           sleeping 5 ms, the rest free, into 4 MiB slots, tried 1 -> 2
+           with 4 slots, failed, and stayed at 1-2 for good: 1.1k
+           batches/s where 8 fixed make 2.9k with 17 (an outside trial) */
+        if (failed && stuck > 0 && pf__behind_slots(l, stuck, l->at.active) > pf__at_ring(l, l->at.active) &&
+            l->at.swap != PF__SWAP_TRIAL) {
+            l->at.probing = false;
+            l->at.behind = pf__behind_slots(l, stuck, l->at.active);
+            pf__hold(&l->at.behind_held, load_pb);
+            pf__set_active(l, l->at.before, "more workers waited behind a late batch: more slots", waited, thr);
+            return;
+        }
         l->at.small_steps = failed || (waited > 0.01 && gain < 0.5 * l->at.trial_rise);
         pf__hold(&l->at.steps_held, l->at.load_before);
         if (l->at.swap == PF__SWAP_TRIAL) l->at.swap = failed ? PF__SWAP_FAILED : PF__SWAP_KEPT;
@@ -3732,12 +3781,14 @@ static void pf__autotune(pf_loader *l) {
            batch still loading while every slot was taken, later batches
            loaded (in order), or it waited over half the period while the
            workers waited for a slot over half of theirs (pf_next itself
-           in such a load). The ring bounds how far the workers get past
-           such a stall, whatever their count: they filled it in the part
-           of the period not spent stuck, so the trial gets the ring that
-           would have lasted the period, 1 / (1 - stuck) times this one
-           (at most 20 times, at least twice its count's, at most
-           host_slots), and keeps it if kept, until the load changes. 1
+           in such a load). For input: behind copies (CUDA) the workers
+           wait for a slot too, and more slots only pin more memory (an
+           outside trial saw 3 workers of 4 MiB batches go from 5 slots
+           to 129, 516 MiB pinned, for nothing). The ring bounds how far
+           the workers get past such a stall, whatever their count: they
+           filled it in the part of the period not spent stuck, so the
+           trial gets the ring that would have lasted the period
+           (pf__behind_slots), and keeps it if kept, until the load changes. 1
            load in 8 sleeping 5 ms among 1 MiB copies: 4 fixed workers make
            2.7k batches/s with their 9 slots, 4.5k with 18; 8 make 4.5k
            with 17, 7.3k with 33; 1 in 32 sleeping 10 ms: 1-8 workers 2.9k
@@ -3745,11 +3796,8 @@ static void pf__autotune(pf_loader *l) {
            trial from 1 worker (7 slots for 4; then twice the ring, 14 for
            3, 6-8% more; then 10 times 3, 31 slots, short of the 32 batches
            from one stall to the next) and stayed there (outside trials) */
-        if (behind > 0.5 || (waited > 0.5 && idle > 0.5)) {
-            double stuck = behind_t > idle ? behind_t : idle;
-            double slots = (double)l->ring.nalloc / (1 - (stuck < 0.95 ? stuck : 0.95));
-            uint32_t twice = 2 * pf__ring_slots(want, &l->cfg);
-            l->at.behind = slots < (double)twice ? twice : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
+        if (stuck > 0) {
+            l->at.behind = pf__behind_slots(l, stuck, want);
             pf__hold(&l->at.behind_held, load_pb);
         }
         pf__set_active(l, want, l->at.behind > l->at.behind_was ? "input-bound, behind a late batch: more slots" : "input-bound",
@@ -6119,7 +6167,15 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             continue;
         }
         {
+            /* behind a late batch, the host ring full of later ones: the
+               stager stages in order, so what this wait credits to input
+               counts behind it, as on the host (pf__take_host; without it
+               stalls left autotune at 1-2 workers of 4 host slots: 0.4 of
+               8 fixed, an outside trial) */
+            bool behind = l->cfg.autotune && !l->cfg.unordered && l->at.active && !l->ring.nfree && l->ring.nready;
+            uint64_t input0 = l->st.wait_input_ns;
             pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, &on, pf__cuda_settle);
+            if (behind) l->st.wait_behind_ns += l->st.wait_input_ns - input0;
             if (w != PF_OK) return w;
         }
     }

@@ -375,10 +375,16 @@ static void test_failed_create_ran_no_callback(void) {
 
 /* ---- autotune ---- */
 
+static double t_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 typedef struct phased {
     int slow;            /* load sleeps 2 ms (a slow store) or returns at once */
     int gate_batch;      /* >= 0: this batch waits until cancelled             */
-    int logged, grew, shrank, nomem, reverted;
+    int logged, grew, shrank, nomem, nomem_warned, reverted;
     int serial;          /* loads take turns on one lock: more workers cannot help */
     pthread_mutex_t one; /* that lock */
     pthread_mutex_t mu;
@@ -409,6 +415,7 @@ static void phased_log(void *user, int level, const char *msg) {
     if (strstr(msg, "could not allocate")) {
         pthread_mutex_lock(&p->mu);
         p->nomem++;
+        p->nomem_warned += level == PF_LOG_WARN;
         pthread_mutex_unlock(&p->mu);
     }
     if (level != PF_LOG_DEBUG || strncmp(msg, "autotune: ", 10)) return;
@@ -983,6 +990,51 @@ static void test_autotune_ring_shrinks_when_the_count_settles_lower(void) {
     pthread_mutex_destroy(&p.one);
 }
 
+/* A growth that failed once is tried again (after PF__AT_RETRY periods):
+   the memory may come back, and one failed cudaHostAlloc held an outside
+   trial's ring at 3 slots for good. */
+static void test_autotune_ring_grows_again_after_a_failed_allocation(void) {
+    phased p;
+    tcons c;
+    pf_config cfg;
+    pf_stats st;
+    talloc a;
+    double until;
+    phased_init(&p);
+    p.slow = 1;
+    cfg = phased_big_config(&p, &c, 5000);
+#ifdef TEST_SIM
+    t_alloc_init(&a, 0);
+    cudaSimFailNth("cudaHostAlloc", 2, cudaErrorMemoryAllocation, 0); /* the first growth, once */
+#else
+    t_alloc_init(&a, 3); /* bookkeeping and slots in pf_create, then the first growth, once */
+#endif
+    cfg.allocator.alloc_fn = t_alloc;
+    cfg.allocator.free_fn = t_free;
+    cfg.allocator.user_data = &a;
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    until = t_now_s() + 20; /* bounded: 2 ms loads, 8 periods of 20 ms or more after the failure */
+    for (uint64_t k = 0; k < 5000 && t_now_s() < until; k++) {
+        pf_batch b;
+        CHECK_EQ(pf_next(c.l, &b), PF_OK);
+        CHECK_EQ(b.batch, k);
+        CHECK_EQ(pf_release(c.l, &b), PF_OK);
+        pf_get_stats(c.l, &st);
+        if (st.host_slots > 3) break;
+    }
+    pf_get_stats(c.l, &st);
+    CHECK_EQ(p.nomem, 1);
+    CHECKF(st.host_slots > 3, "the ring stayed at %u slots after one failed allocation", (unsigned)st.host_slots);
+    t_end(&c);
+#ifdef TEST_SIM
+    cudaSimClearFaults();
+#endif
+    CHECK_EQ(a.live, 0);
+    pthread_mutex_destroy(&a.mu);
+    pthread_mutex_destroy(&p.mu);
+    pthread_mutex_destroy(&p.one);
+}
+
 /* The ring cannot grow (the allocator or cudaHostAlloc fails): it says so,
    keeps its 3 slots, autotune stays within the 2 workers they keep busy,
    and every batch still arrives once, in order. */
@@ -1018,7 +1070,8 @@ static void test_autotune_ring_that_cannot_grow(void) {
     CHECK_EQ(st.host_slots, 3);
     CHECK(st.workers_active <= 2);
     CHECKF(peak >= 2, "starved, it tried only %u workers", peak);
-    CHECK_EQ(p.nomem, 1); /* said once, then it stopped trying */
+    CHECK_EQ(p.nomem, 1); /* said once, then it stopped trying (for PF__AT_RETRY periods) */
+    CHECK_EQ(p.nomem_warned, 1); /* at WARN: throughput is held back by memory */
     t_end(&c);
 #ifdef TEST_SIM
     cudaSimClearFaults();
@@ -1026,12 +1079,6 @@ static void test_autotune_ring_that_cannot_grow(void) {
     CHECK_EQ(a.live, 0);
     pthread_mutex_destroy(&a.mu);
     pthread_mutex_destroy(&p.mu);
-}
-
-static double t_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* A host loader whose loads do nothing, for periods judged by hand
@@ -1066,6 +1113,7 @@ typedef struct judged {
     uint32_t cap;             /* in: the count a failed trial holds (0: none); out: after */
     double idle;              /* the workers' time waiting for a free slot, a share of theirs */
     double behind;            /* the wait's share behind a late batch, the ring full */
+    bool copy;                /* the wait was behind copies (CUDA), not for input */
 } judged;
 static uint32_t judged_period(pf_loader *l, judged *p) {
     uint64_t now;
@@ -1099,11 +1147,13 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->at.cpu0 = 0; /* no verdict on the process's CPU time... */
     now = pf__now_ns();
     l->st.batches += 40;
-    l->st.wait_input_ns += 32000000u;
+    if (p->copy) l->st.wait_copy_ns += 32000000u;
+    else l->st.wait_input_ns += 32000000u;
     l->st.load_ns += p->load > 0 ? (uint64_t)(p->load * 40e9) : 40000000u;
     l->st.call_ns += 40000000u;
     l->at.batches0 = l->st.batches - 40;
     l->at.wait0 = l->st.wait_input_ns + l->st.wait_copy_ns - 32000000u;
+    l->at.input0 = l->st.wait_input_ns - (p->copy ? 0 : 32000000u);
     l->at.load0 = l->st.load_ns - (p->load > 0 ? (uint64_t)(p->load * 40e9) : 40000000u);
     l->at.call0 = l->st.call_ns - 40000000u;
     l->st.worker_wait_ns += (uint64_t)(p->idle * (p->ms ? p->ms : 40u) * 1e6 * l->at.active);
@@ -1325,6 +1375,57 @@ static void test_autotune_trial_behind_a_late_batch_gets_more_slots(void) {
     }
 }
 
+/* Waiting behind copies (CUDA, a copy engine at its limit) with the
+   workers waiting for slots is no stall: more slots only pin more memory
+   (an outside trial: 3 workers of 4 MiB batches went from 5 slots to
+   129, 516 MiB pinned, for nothing). The same wait for input is. */
+static void test_autotune_waits_behind_copies_get_no_more_slots(void) {
+    const size_t mib = (size_t)1 << 20;
+    for (int copy = 0; copy <= 1; copy++) {
+        pf_loader *l = judged_loader_of(16, true, mib);
+        judged p = {.workers = 2, .last_n = 2, .idle = 0.6, .copy = copy};
+        ring_asked(l);
+        CHECK_EQ(judged_period(l, &p), 4u); /* input-bound either way: doubled */
+        CHECKF(copy ? ring_asked(l) == 7u : ring_asked(l) > 7u, "behind %s: the trial's ring", copy ? "copies" : "input");
+        pf_destroy(l);
+    }
+}
+
+/* A trial that waited behind a late batch with no slots for it failed
+   for want of slots, not workers: tried again with the ring that would
+   have lasted it, and no ceiling. From one worker nothing waits behind a
+   late batch before a trial shows it (on CUDA, 1 load in 8 sleeping 5 ms
+   into 4 MiB slots stayed at 1-2 workers for good: 0.4 of 8 fixed, an
+   outside trial). With those slots and still behind, it is a failure. */
+static void test_autotune_trial_short_of_slots_is_tried_with_more(void) {
+    const size_t mib = (size_t)1 << 20;
+    pf_loader *l = judged_loader_of(16, true, mib);
+    judged p = {.workers = 2, .last_n = 1, .trial_from = 1, .trial_thr = 1000, .stage = 2, .behind = 0.75};
+    uint32_t more;
+    CHECK_EQ(judged_period(l, &p), 1u); /* not faster: back to 1... */
+    CHECK_EQ(p.cap, 16u);               /* ...with no ceiling */
+    pf__lock(&l->sync.mu);
+    more = l->at.behind;
+    pf__unlock(&l->sync.mu);
+    CHECKF(more > 5u, "the ring for the next trial: %u slots (2 workers': 5)", (unsigned)more);
+    ring_asked(l);
+    CHECK(JUDGED(.workers = 1, .last_n = 1) > 1u); /* tried again... */
+    CHECK(ring_asked(l) >= more);                  /* ...with them */
+    /* not behind a late batch: a failure */
+    p = (judged){.workers = 2, .last_n = 1, .trial_from = 1, .trial_thr = 1000, .stage = 2, .behind = 0.3};
+    CHECK_EQ(judged_period(l, &p), 1u);
+    CHECK_EQ(p.cap, 1u);
+    /* behind one with every slot there is (host_slots): a failure too */
+    pf__lock(&l->sync.mu);
+    l->at.behind = l->ring.nslots;
+    pf__unlock(&l->sync.mu);
+    p = (judged){.workers = 2, .last_n = 1, .trial_from = 1, .trial_thr = 1000, .stage = 2, .behind = 0.75};
+    CHECK_EQ(judged_period(l, &p), 1u);
+    CHECK_EQ(p.cap, 1u);
+    pf_destroy(l);
+}
+
+
 /* The wait counted as behind a late batch (st.wait_behind_ns): in order,
    the next batch still loading while every slot is taken, later ones
    loaded. Batch 0's load waits for the test; the other 3 workers fill
@@ -1344,40 +1445,43 @@ static void *let_batch_0_go(void *arg) {
 }
 static void test_autotune_counts_the_wait_behind_a_late_batch(void) {
     pf_config cfg = t_config_base(1000, 1, 8, 1);
-    pf_loader *l = NULL;
+    tcons c;
     pf_stats st;
     pf_batch b;
     pthread_t th;
     int go = 0;
     double until = t_now_s() + 10;
     uint64_t behind;
+    /* on both backends: on CUDA the stager stages in order, and waits
+       behind batch 0 as pf_next does on the host (uncounted, autotune
+       stayed at 1-2 workers of 4 MiB batches: an outside trial) */
+    t_begin(&c, 1);
     cfg.load = late_first_load;
     cfg.user = &go;
     cfg.num_workers = 4;
     cfg.autotune = true;
     cfg.workers_only = true; /* pf_next loads nothing: it waits */
-    cfg.backend = PF_BACKEND_HOST;
-    CHECK_EQ(pf_create(&cfg, &l), PF_OK);
-    if (!l) return;
-    pf__lock(&l->sync.mu);
-    l->at.active = 4;
-    pf__wake(l, PF__ROLE_PARKED);
-    pf__unlock_wake(l);
-    do pf_get_stats(l, &st);
+    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    if (!c.l) return;
+    pf__lock(&c.l->sync.mu);
+    c.l->at.active = 4;
+    pf__wake(c.l, PF__ROLE_PARKED);
+    pf__unlock_wake(c.l);
+    do pf_get_stats(c.l, &st);
     while ((st.free_slots || st.ready_slots + 1 < st.host_slots) && t_now_s() < until);
     CHECKF(!st.free_slots && st.ready_slots + 1 == st.host_slots, "the ring did not fill behind batch 0: %u free, %u ready",
            (unsigned)st.free_slots, (unsigned)st.ready_slots);
     CHECK_EQ(pthread_create(&th, NULL, let_batch_0_go, &go), 0);
-    CHECK_EQ(pf_next(l, &b), PF_OK);
+    CHECK_EQ(pf_next(c.l, &b), PF_OK);
     CHECK_EQ(b.batch, 0);
     pthread_join(th, NULL);
-    pf__lock(&l->sync.mu);
-    behind = l->st.wait_behind_ns;
-    pf__unlock(&l->sync.mu);
+    pf__lock(&c.l->sync.mu);
+    behind = c.l->st.wait_behind_ns;
+    pf__unlock(&c.l->sync.mu);
     CHECKF(behind > 0, "pf_next waited behind batch 0 with the ring full, and %llu ns of it were counted",
            (unsigned long long)behind);
-    CHECK_EQ(pf_release(l, &b), PF_OK);
-    pf_destroy(l);
+    CHECK_EQ(pf_release(c.l, &b), PF_OK);
+    t_end(&c);
 }
 
 /* A failed trial's count holds while the loads stay the same, but with
@@ -3913,6 +4017,7 @@ static const h_test tests[] = {
     {"autotune_keeps_the_order", test_autotune_keeps_the_order},
     {"autotune_ring_grows_with_workers", test_autotune_ring_grows_with_workers},
     {"autotune_ring_that_cannot_grow", test_autotune_ring_that_cannot_grow},
+    {"autotune_ring_grows_again_after_a_failed_allocation", test_autotune_ring_grows_again_after_a_failed_allocation},
     {"autotune_past_the_cpus_from_a_steady_period", test_autotune_past_the_cpus_from_a_steady_period},
     {"autotune_counts_pf_next_as_a_loader", test_autotune_counts_pf_next_as_a_loader},
     {"cpu_cap_count", test_cpu_cap_count},
@@ -3928,6 +4033,8 @@ static const h_test tests[] = {
     {"autotune_trial_ring", test_autotune_trial_ring},
     {"autotune_trial_behind_a_late_batch_gets_more_slots", test_autotune_trial_behind_a_late_batch_gets_more_slots},
     {"autotune_counts_the_wait_behind_a_late_batch", test_autotune_counts_the_wait_behind_a_late_batch},
+    {"autotune_waits_behind_copies_get_no_more_slots", test_autotune_waits_behind_copies_get_no_more_slots},
+    {"autotune_trial_short_of_slots_is_tried_with_more", test_autotune_trial_short_of_slots_is_tried_with_more},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
