@@ -1691,6 +1691,8 @@ typedef struct pf__tuner {
     uint32_t behind_was;   /* ...as it was before the trial on               */
     pf__held behind_held;  /* ...while the load per batch stays near this    */
     uint64_t behind0;      /* the period's start: st.wait_behind_ns          */
+    uint64_t behind_most;  /* the longest pf_next's wait behind a late batch in
+                              the period (pf__take_host, pf__take_cuda)     */
     bool small_steps;      /* the last trial failed or gained under half its
                               rise: trials step by a quarter, not doubling... */
     pf__held steps_held;   /* ...while the load per batch stays near this  */
@@ -3030,11 +3032,18 @@ static bool pf__load_moved(pf__held *h, bool held, double now) {
 }
 
 /* Behind a late batch (pf__autotune): the ring that would have lasted
-   the period, 1 / (1 - stuck) times this one (at most 20 times), at
-   least twice n workers' ring, at most host_slots. */
-static uint32_t pf__behind_slots(const pf_loader *l, double stuck, uint32_t n) {
+   the period, 1 / (1 - stuck) times this one (at most 20 times), or, if
+   fewer, the slots that cover the longest stall (cover: the batches the
+   consumer takes in it at the pace it kept while not stuck, and one for
+   each loader); at least twice n workers' ring, at most host_slots. The
+   first alone overshoots where many short stalls fill a period: 1 load in
+   8 sleeping 5 ms into 4 MiB slots on CUDA (simulated GPU (model)) got 26-37
+   slots at 3-4 workers, where 3 workers with 17 make as much (an outside
+   trial). */
+static uint32_t pf__behind_slots(const pf_loader *l, double stuck, uint32_t n, double cover) {
     double slots = (double)l->ring.nalloc / (1 - (stuck < 0.95 ? stuck : 0.95));
     uint32_t twice = 2 * pf__ring_slots(n, &l->cfg);
+    if (cover > 0 && cover < slots) slots = cover;
     return slots < (double)twice ? twice : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
 }
 
@@ -3213,6 +3222,7 @@ static void pf__at_period_start(pf_loader *l, uint64_t now, uint64_t waits) {
     l->at.next0 = l->st.next_loads;
     l->at.behind0 = l->st.wait_behind_ns;
     l->at.input0 = l->st.wait_input_ns;
+    l->at.behind_most = 0;
 }
 
 
@@ -3365,7 +3375,7 @@ static void pf__autotune(pf_loader *l) {
     uint64_t now, waits, db = l->st.batches - l->at.batches0;
     uint32_t ring = l->ring.grow_failed ? l->ring.nalloc : l->ring.nslots; /* what the ring can grow to */
     uint32_t limit = l->cfg.num_workers < ring ? l->cfg.num_workers : (ring > 1 ? ring - 1 : 1), hi;
-    double dt, thr, thr_base, waited, waited_in, load_pb, step_pb, idle, call_pb, busy, eff, behind, behind_t, stuck;
+    double dt, thr, thr_base, waited, waited_in, load_pb, step_pb, idle, call_pb, busy, eff, behind, behind_t, stuck, cover;
     uint64_t cpu0 = l->at.cpu0, next_n = l->st.next_loads - l->at.next0;
     bool saturated, alike;
     uint32_t loaders;
@@ -3415,6 +3425,7 @@ static void pf__autotune(pf_loader *l) {
     /* slots, not workers, were short (behind a late batch, below): the
        share of the period they were */
     stuck = behind > 0.5 || (waited_in > 0.5 && idle > 0.5) ? (behind_t > idle ? behind_t : idle) : 0;
+    cover = l->at.behind_most ? pf__sec(l->at.behind_most) * (double)db / (dt * (1 - (behind_t < 0.95 ? behind_t : 0.95))) : 0;
     pf__at_period_start(l, now, waits);
     pf__ring_follow(l, now);
     /* every core busy (the process's CPU time, all its threads): more
@@ -3626,16 +3637,20 @@ static void pf__autotune(pf_loader *l) {
            theirs) failed for want of slots, not workers, where the ring
            that would have lasted it is larger than the one it had: it is
            tried again with that ring (at.behind), and sets no ceiling
-           (each time with a larger ring, up to host_slots). From one worker, or
+           (each time with a larger ring, up to host_slots). Not with
+           every core busy: a late batch may be one whose worker the
+           scheduler took off its core (CPU loads with stalls, past the
+           CPUs, took 129 slots for nothing: an outside trial). From one worker, or
            with pf_next loading, nothing waits behind a late batch before
            a trial shows it: on CUDA (pf_next does not load), 1 load in 8
            sleeping 5 ms, the rest free, into 4 MiB slots, tried 1 -> 2
            with 4 slots, failed, and stayed at 1-2 for good: 1.1k
            batches/s where 8 fixed make 2.9k with 17 (an outside trial) */
-        if (failed && stuck > 0 && pf__behind_slots(l, stuck, l->at.active) > pf__at_ring(l, l->at.active) &&
+        if (failed && stuck > 0 && !saturated &&
+            pf__behind_slots(l, stuck, l->at.active, cover ? cover + l->at.active + 1 : 0) > pf__at_ring(l, l->at.active) &&
             l->at.swap != PF__SWAP_TRIAL) {
             l->at.probing = false;
-            l->at.behind = pf__behind_slots(l, stuck, l->at.active);
+            l->at.behind = pf__behind_slots(l, stuck, l->at.active, cover ? cover + l->at.active + 1 : 0);
             pf__hold(&l->at.behind_held, load_pb);
             pf__set_active(l, l->at.before, "more workers waited behind a late batch: more slots", waited, thr);
             return;
@@ -3797,7 +3812,7 @@ static void pf__autotune(pf_loader *l) {
            3, 6-8% more; then 10 times 3, 31 slots, short of the 32 batches
            from one stall to the next) and stayed there (outside trials) */
         if (stuck > 0) {
-            l->at.behind = pf__behind_slots(l, stuck, want);
+            l->at.behind = pf__behind_slots(l, stuck, want, cover ? cover + want + 1 : 0);
             pf__hold(&l->at.behind_held, load_pb);
         }
         pf__set_active(l, want, l->at.behind > l->at.behind_was ? "input-bound, behind a late batch: more slots" : "input-bound",
@@ -5010,6 +5025,7 @@ static void pf__slot_wait_ends(pf_loader *l) {
 static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespec *deadline) {
     static const pf__wait_on input = {PF__WAIT_INPUT, 0};
     bool timed_out = false;
+    uint64_t behind_run = 0;
     for (;;) {
         pf__slot *s = NULL;
         pf_result w;
@@ -5085,7 +5101,12 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         behind = l->cfg.autotune && !l->cfg.unordered && l->at.active && !l->ring.nfree && l->ring.nready;
         t0 = behind ? pf__now_ns() : 0;
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
-        if (behind) l->st.wait_behind_ns += pf__now_ns() - t0;
+        if (behind) {
+            uint64_t d = pf__now_ns() - t0;
+            l->st.wait_behind_ns += d;
+            behind_run += d; /* this call's, for the longest stall (at.behind_most) */
+            if (behind_run > l->at.behind_most) l->at.behind_most = behind_run;
+        }
         if (slot_wait) pf__slot_wait_ends(l);
         if (w != PF_OK) return w;
     }
@@ -6131,6 +6152,7 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
     pf__cuda *cu = l->cu;
     bool timed_out = false;
     pf__wait_on on = {-1, 0};
+    uint64_t behind_run = 0;
     for (;;) {
         if (pf__error_due(l)) return pf__show_error(l);
         if (cu->fifo_count) {
@@ -6175,7 +6197,11 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
             bool behind = l->cfg.autotune && !l->cfg.unordered && l->at.active && !l->ring.nfree && l->ring.nready;
             uint64_t input0 = l->st.wait_input_ns;
             pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, &on, pf__cuda_settle);
-            if (behind) l->st.wait_behind_ns += l->st.wait_input_ns - input0;
+            if (behind) {
+                l->st.wait_behind_ns += l->st.wait_input_ns - input0;
+                behind_run += l->st.wait_input_ns - input0;
+                if (behind_run > l->at.behind_most) l->at.behind_most = behind_run;
+            }
             if (w != PF_OK) return w;
         }
     }

@@ -1114,6 +1114,7 @@ typedef struct judged {
     double idle;              /* the workers' time waiting for a free slot, a share of theirs */
     double behind;            /* the wait's share behind a late batch, the ring full */
     bool copy;                /* the wait was behind copies (CUDA), not for input */
+    double most_ms;           /* the longest pf_next's wait behind a late batch (0: not measured) */
 } judged;
 static uint32_t judged_period(pf_loader *l, judged *p) {
     uint64_t now;
@@ -1160,6 +1161,7 @@ static uint32_t judged_period(pf_loader *l, judged *p) {
     l->at.wwait0 = l->st.worker_wait_ns - (uint64_t)(p->idle * (p->ms ? p->ms : 40u) * 1e6 * l->at.active);
     l->st.wait_behind_ns += (uint64_t)(p->behind * 32e6);
     l->at.behind0 = l->st.wait_behind_ns - (uint64_t)(p->behind * 32e6);
+    l->at.behind_most = (uint64_t)(p->most_ms * 1e6);
     l->at.next0 = l->st.next_loads;
     l->st.next_loads += p->next_loads;
     l->at.t0 = now - (p->ms ? p->ms : 40u) * (uint64_t)1000000;
@@ -1375,6 +1377,36 @@ static void test_autotune_trial_behind_a_late_batch_gets_more_slots(void) {
     }
 }
 
+/* The ring for a stall is the one that would have lasted the period, or
+   fewer: the slots that cover the longest stall at the pace kept while
+   not stuck, one a loader (many short stalls in a period: 4 MiB slots on
+   CUDA, 1 load in 8 sleeping 5 ms, got 26-37 slots at 3-4 workers where
+   3 with 17 make as much; an outside trial); at least twice the count's
+   ring. */
+static void test_autotune_slots_for_a_stall_cover_the_longest(void) {
+    const size_t mib = (size_t)1 << 20;
+    for (int measured = 0; measured <= 1; measured++) {
+        pf_loader *l = judged_loader_of(16, true, mib);
+        /* stuck 80% of a 40 ms period, 40 batches: 3 slots over 0.2 are
+           15-16 (the period's clock runs a little past 40 ms); a
+           longest stall of 1 ms covers 1 / 8 ms of 40 batches, 5, and 3
+           loaders: 9, short of 2 workers' ring twice (10) */
+        judged p = {.workers = 2, .last_n = 1, .trial_from = 1, .trial_thr = 1000, .stage = 2, .behind = 1.0,
+                    .most_ms = measured ? 1.0 : 0};
+        uint32_t behind;
+        CHECK_EQ(judged_period(l, &p), 1u);
+        pf__lock(&l->sync.mu);
+        behind = l->at.behind;
+        CHECKF(pf__behind_slots(l, 0.8, 2, 12) == 13u && pf__behind_slots(l, 0.8, 2, 40) == 16u,
+               "cover 12: %u, cover 40: %u", (unsigned)pf__behind_slots(l, 0.8, 2, 12),
+               (unsigned)pf__behind_slots(l, 0.8, 2, 40));
+        pf__unlock(&l->sync.mu);
+        CHECKF(measured ? behind == 10u : behind >= 15u && behind <= 16u, "longest stall %s: %u slots", measured ? "1 ms" : "unknown",
+               (unsigned)behind);
+        pf_destroy(l);
+    }
+}
+
 /* Waiting behind copies (CUDA, a copy engine at its limit) with the
    workers waiting for slots is no stall: more slots only pin more memory
    (an outside trial: 3 workers of 4 MiB batches went from 5 slots to
@@ -1420,6 +1452,14 @@ static void test_autotune_trial_short_of_slots_is_tried_with_more(void) {
     l->at.behind = l->ring.nslots;
     pf__unlock(&l->sync.mu);
     p = (judged){.workers = 2, .last_n = 1, .trial_from = 1, .trial_thr = 1000, .stage = 2, .behind = 0.75};
+    CHECK_EQ(judged_period(l, &p), 1u);
+    CHECK_EQ(p.cap, 1u);
+    pf_destroy(l);
+    /* every core busy: a late batch may be one whose worker the scheduler
+       took off its core, and slots do not help; a failure (CPU loads with
+       stalls past the CPUs took 129 slots for nothing: an outside trial) */
+    l = judged_loader_of(16, true, mib);
+    p = (judged){.workers = 2, .last_n = 1, .trial_from = 1, .trial_thr = 1000, .stage = 2, .behind = 0.75, .busy = 2};
     CHECK_EQ(judged_period(l, &p), 1u);
     CHECK_EQ(p.cap, 1u);
     pf_destroy(l);
@@ -4035,6 +4075,7 @@ static const h_test tests[] = {
     {"autotune_counts_the_wait_behind_a_late_batch", test_autotune_counts_the_wait_behind_a_late_batch},
     {"autotune_waits_behind_copies_get_no_more_slots", test_autotune_waits_behind_copies_get_no_more_slots},
     {"autotune_trial_short_of_slots_is_tried_with_more", test_autotune_trial_short_of_slots_is_tried_with_more},
+    {"autotune_slots_for_a_stall_cover_the_longest", test_autotune_slots_for_a_stall_cover_the_longest},
     {"worker_run_times_some_loads", test_worker_run_times_some_loads},
     {"autotune_failed_trial_gives_slots_back", test_autotune_failed_trial_gives_its_slots_back},
     {"pf_next_loads_when_no_worker_is_active", test_pf_next_loads_when_no_worker_is_active},
