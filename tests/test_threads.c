@@ -990,29 +990,46 @@ static void test_autotune_ring_shrinks_when_the_count_settles_lower(void) {
     pthread_mutex_destroy(&p.one);
 }
 
+/* A loader of 2 ms loads into 1 MiB slots (batches of them) whose
+   first growth fails, once: the allocator on the host, cudaHostAlloc on
+   CUDA. And its end: nothing raced or leaked. */
+static void failing_growth_begin(phased *p, tcons *c, talloc *a, uint64_t batches) {
+    pf_config cfg;
+    phased_init(p);
+    p->slow = 1;
+    cfg = phased_big_config(p, c, batches);
+#ifdef TEST_SIM
+    t_alloc_init(a, 0);
+    cudaSimFailNth("cudaHostAlloc", 2, cudaErrorMemoryAllocation, 0);
+#else
+    t_alloc_init(a, 3); /* bookkeeping and slots in pf_create, then the first growth */
+#endif
+    cfg.allocator.alloc_fn = t_alloc;
+    cfg.allocator.free_fn = t_free;
+    cfg.allocator.user_data = a;
+    CHECK_EQ(t_create(c, &cfg), PF_OK);
+}
+static void failing_growth_end(phased *p, tcons *c, talloc *a) {
+    t_end(c);
+#ifdef TEST_SIM
+    cudaSimClearFaults();
+#endif
+    CHECK_EQ(a->live, 0);
+    pthread_mutex_destroy(&a->mu);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->one);
+}
+
 /* A growth that failed once is tried again (after PF__AT_RETRY periods):
    the memory may come back, and one failed cudaHostAlloc held an outside
    trial's ring at 3 slots for good. */
 static void test_autotune_ring_grows_again_after_a_failed_allocation(void) {
     phased p;
     tcons c;
-    pf_config cfg;
     pf_stats st;
     talloc a;
     double until;
-    phased_init(&p);
-    p.slow = 1;
-    cfg = phased_big_config(&p, &c, 5000);
-#ifdef TEST_SIM
-    t_alloc_init(&a, 0);
-    cudaSimFailNth("cudaHostAlloc", 2, cudaErrorMemoryAllocation, 0); /* the first growth, once */
-#else
-    t_alloc_init(&a, 3); /* bookkeeping and slots in pf_create, then the first growth, once */
-#endif
-    cfg.allocator.alloc_fn = t_alloc;
-    cfg.allocator.free_fn = t_free;
-    cfg.allocator.user_data = &a;
-    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    failing_growth_begin(&p, &c, &a, 5000);
     until = t_now_s() + 20; /* bounded: 2 ms loads, 8 periods of 20 ms or more after the failure */
     for (uint64_t k = 0; k < 5000 && t_now_s() < until; k++) {
         pf_batch b;
@@ -1025,14 +1042,7 @@ static void test_autotune_ring_grows_again_after_a_failed_allocation(void) {
     pf_get_stats(c.l, &st);
     CHECK_EQ(p.nomem, 1);
     CHECKF(st.host_slots > 3, "the ring stayed at %u slots after one failed allocation", (unsigned)st.host_slots);
-    t_end(&c);
-#ifdef TEST_SIM
-    cudaSimClearFaults();
-#endif
-    CHECK_EQ(a.live, 0);
-    pthread_mutex_destroy(&a.mu);
-    pthread_mutex_destroy(&p.mu);
-    pthread_mutex_destroy(&p.one);
+    failing_growth_end(&p, &c, &a);
 }
 
 /* The ring cannot grow (the allocator or cudaHostAlloc fails): it says so,
@@ -1041,23 +1051,10 @@ static void test_autotune_ring_grows_again_after_a_failed_allocation(void) {
 static void test_autotune_ring_that_cannot_grow(void) {
     phased p;
     tcons c;
-    pf_config cfg;
     pf_stats st;
     talloc a;
     uint32_t peak = 0;
-    phased_init(&p);
-    p.slow = 1;
-    cfg = phased_big_config(&p, &c, 160);
-#ifdef TEST_SIM
-    t_alloc_init(&a, 0);
-    cudaSimFailNth("cudaHostAlloc", 2, cudaErrorMemoryAllocation, 0); /* the first growth */
-#else
-    t_alloc_init(&a, 3); /* bookkeeping and slots in pf_create, then the first growth */
-#endif
-    cfg.allocator.alloc_fn = t_alloc;
-    cfg.allocator.free_fn = t_free;
-    cfg.allocator.user_data = &a;
-    CHECK_EQ(t_create(&c, &cfg), PF_OK);
+    failing_growth_begin(&p, &c, &a, 160);
     for (uint64_t k = 0; k < 160; k++) {
         pf_batch b;
         CHECK_EQ(pf_next(c.l, &b), PF_OK);
@@ -1072,13 +1069,7 @@ static void test_autotune_ring_that_cannot_grow(void) {
     CHECKF(peak >= 2, "starved, it tried only %u workers", peak);
     CHECK_EQ(p.nomem, 1); /* said once, then it stopped trying (for PF__AT_RETRY periods) */
     CHECK_EQ(p.nomem_warned, 1); /* at WARN: throughput is held back by memory */
-    t_end(&c);
-#ifdef TEST_SIM
-    cudaSimClearFaults();
-#endif
-    CHECK_EQ(a.live, 0);
-    pthread_mutex_destroy(&a.mu);
-    pthread_mutex_destroy(&p.mu);
+    failing_growth_end(&p, &c, &a);
 }
 
 /* A host loader whose loads do nothing, for periods judged by hand
