@@ -3033,19 +3033,25 @@ static bool pf__load_moved(pf__held *h, bool held, double now) {
 
 /* Behind a late batch (pf__autotune): the ring that would have lasted
    the period, 1 / (1 - stuck) times this one (at most 20 times), or, if
-   fewer, the slots that cover the longest stall (cover: the batches the
-   consumer takes in it at the pace it kept while not stuck, and one for
-   each loader); at least twice n workers' ring, at most host_slots. The
-   first alone overshoots where many short stalls fill a period: 1 load in
-   8 sleeping 5 ms into 4 MiB slots on CUDA (simulated GPU (model)) got 26-37
-   slots at 3-4 workers, where 3 workers with 17 make as much (an outside
-   trial). */
+   fewer, the one that covers the longest stall (cover: this ring and the
+   batches the consumer would have taken in the part of that stall it
+   waited, at the pace it kept while not stuck), at least n workers' own
+   ring; at most host_slots. Without cover, at least twice n workers'
+   ring. The first alone overshoots where many short stalls fill a period:
+   1 load in 8 sleeping 5 ms into 4 MiB slots on CUDA (simulated GPU
+   (model)) got 26-37 slots at 3-4 workers, where 3 workers with 17 make
+   as much, and twice the ring took 1 ms stalls in 4 to 14-18 slots where
+   2 workers make as much with 5 (outside trials). */
 static uint32_t pf__behind_slots(const pf_loader *l, double stuck, uint32_t n, double cover) {
     double slots = (double)l->ring.nalloc / (1 - (stuck < 0.95 ? stuck : 0.95));
-    uint32_t twice = 2 * pf__ring_slots(n, &l->cfg);
+    uint32_t twice = (cover > 0 ? 1 : 2) * pf__ring_slots(n, &l->cfg);
     if (cover > 0 && cover < slots) slots = cover;
     return slots < (double)twice ? twice : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
 }
+
+/* A ring worth a retry of a trial short of slots: a quarter more, at
+   least 2 (no creep a slot at a time, a few periods each) */
+static uint32_t pf__more_slots(uint32_t r) { return r + (r / 4 > 2 ? r / 4 : 2); }
 
 /* The ring autotune gives n workers: their default ring, or more where
    batches wait behind a late one (at.behind: in order, a load that stalls
@@ -3425,7 +3431,7 @@ static void pf__autotune(pf_loader *l) {
     /* slots, not workers, were short (behind a late batch, below): the
        share of the period they were */
     stuck = behind > 0.5 || (waited_in > 0.5 && idle > 0.5) ? (behind_t > idle ? behind_t : idle) : 0;
-    cover = l->at.behind_most ? pf__sec(l->at.behind_most) * (double)db / (dt * (1 - (behind_t < 0.95 ? behind_t : 0.95))) : 0;
+    cover = l->at.behind_most ? l->ring.nalloc + pf__sec(l->at.behind_most) * (double)db / (dt * (1 - (behind_t < 0.95 ? behind_t : 0.95))) : 0;
     pf__at_period_start(l, now, waits);
     pf__ring_follow(l, now);
     /* every core busy (the process's CPU time, all its threads): more
@@ -3647,10 +3653,10 @@ static void pf__autotune(pf_loader *l) {
            with 4 slots, failed, and stayed at 1-2 for good: 1.1k
            batches/s where 8 fixed make 2.9k with 17 (an outside trial) */
         if (failed && stuck > 0 && !saturated &&
-            pf__behind_slots(l, stuck, l->at.active, cover ? cover + l->at.active + 1 : 0) > pf__at_ring(l, l->at.active) &&
+            pf__behind_slots(l, stuck, l->at.active, cover) >= pf__more_slots(pf__at_ring(l, l->at.active)) &&
             l->at.swap != PF__SWAP_TRIAL) {
             l->at.probing = false;
-            l->at.behind = pf__behind_slots(l, stuck, l->at.active, cover ? cover + l->at.active + 1 : 0);
+            l->at.behind = pf__behind_slots(l, stuck, l->at.active, cover);
             pf__hold(&l->at.behind_held, load_pb);
             pf__set_active(l, l->at.before, "more workers waited behind a late batch: more slots", waited, thr);
             return;
@@ -3812,7 +3818,7 @@ static void pf__autotune(pf_loader *l) {
            3, 6-8% more; then 10 times 3, 31 slots, short of the 32 batches
            from one stall to the next) and stayed there (outside trials) */
         if (stuck > 0) {
-            l->at.behind = pf__behind_slots(l, stuck, want, cover ? cover + want + 1 : 0);
+            l->at.behind = pf__behind_slots(l, stuck, want, cover);
             pf__hold(&l->at.behind_held, load_pb);
         }
         pf__set_active(l, want, l->at.behind > l->at.behind_was ? "input-bound, behind a late batch: more slots" : "input-bound",
