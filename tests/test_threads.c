@@ -3695,7 +3695,7 @@ static int held_run_load(void *user, pf_job *job) {
     return 0;
 }
 static void test_a_slow_load_holds_back_no_batch_of_its_run(void) {
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0, attempt = 0; k < 6; k++) {
         held_run *h = (held_run *)calloc(1, sizeof *h);
         pf_config cfg = host_config(held_run_load, h, 600, 8, k < 4 ? 2 + (uint32_t)(k % 2) : 1);
         pf_loader *l;
@@ -3722,7 +3722,16 @@ static void test_a_slow_load_holds_back_no_batch_of_its_run(void) {
             CHECK_EQ(pf_release(l, &b), PF_OK);
         }
         CHECK_EQ(got, 600);
-        CHECKF(h->triggered, "k %d: no load ran with batches of its run not begun: the test proved nothing", k);
+        if (!h->triggered && ++attempt < 3) { /* no run left batches unbegun (TSan on a loaded box, once): again */
+            pf_destroy(l);
+            pthread_cond_destroy(&h->cv);
+            pthread_mutex_destroy(&h->mu);
+            free(h);
+            k--;
+            continue;
+        }
+        attempt = 0;
+        CHECKF(h->triggered, "k %d: no load ran with batches of its run not begun in 3 loaders: the test proved nothing", k);
         CHECKF(!h->timed_out, "k %d (%s, %u workers): %u of the %u batches after a slow load in its run were "
                "still not loaded after 10 s", k, cfg.unordered ? "unordered" : "in order", cfg.num_workers,
                h->left_then, h->nheld);
