@@ -3044,9 +3044,23 @@ static bool pf__load_moved(pf__held *h, bool held, double now) {
    2 workers make as much with 5 (outside trials). */
 static uint32_t pf__behind_slots(const pf_loader *l, double stuck, uint32_t n, double cover) {
     double slots = (double)l->ring.nalloc / (1 - (stuck < 0.95 ? stuck : 0.95));
-    uint32_t twice = (cover > 0 ? 1 : 2) * pf__ring_slots(n, &l->cfg);
+    uint32_t least = (cover > 0 ? 1 : 2) * pf__ring_slots(n, &l->cfg);
     if (cover > 0 && cover < slots) slots = cover;
-    return slots < (double)twice ? twice : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
+    return slots < (double)least ? least : slots < (double)l->ring.nslots ? (uint32_t)slots + 1 : l->ring.nslots;
+}
+
+/* The consumer is about to wait behind a late batch: in order, with
+   autotune, every slot taken and later batches loaded (the take's lock
+   held). pf__count_behind adds a wait's d ns of it: to st.wait_behind_ns,
+   and to *run, this pf_next's, whose most in the period is at.behind_most
+   (the longest stall, pf__behind_slots). Both backends' takes. */
+static bool pf__behind_late(const pf_loader *l) {
+    return l->cfg.autotune && !l->cfg.unordered && l->at.active && !l->ring.nfree && l->ring.nready;
+}
+static void pf__count_behind(pf_loader *l, uint64_t d, uint64_t *run) {
+    l->st.wait_behind_ns += d;
+    *run += d;
+    if (*run > l->at.behind_most) l->at.behind_most = *run;
 }
 
 /* A ring worth a retry of a trial short of slots: a quarter more, at
@@ -3616,6 +3630,7 @@ static void pf__autotune(pf_loader *l) {
            loaders' rise, at least 5% */
         bool failed;
         double gain = thr;
+        uint32_t more; /* slots for a retry short of them (below) */
         if (l->at.probe_stage < 2) {
             double clear = 1 + 2 * (l->at.gain_need - 1);
             failed = thr < l->at.thr_before * (clear > PF__AT_CLEAR ? clear : PF__AT_CLEAR) && waited > 0.01;
@@ -3641,22 +3656,23 @@ static void pf__autotune(pf_loader *l) {
         /* A trial that waited behind a late batch over half its wait
            (or over half its time, its workers waiting for a slot half of
            theirs) failed for want of slots, not workers, where the ring
-           that would have lasted it is larger than the one it had: it is
-           tried again with that ring (at.behind), and sets no ceiling
-           (each time with a larger ring, up to host_slots). Not with
-           every core busy: a late batch may be one whose worker the
-           scheduler took off its core (CPU loads with stalls, past the
-           CPUs, took 129 slots for nothing: an outside trial). From one worker, or
-           with pf_next loading, nothing waits behind a late batch before
-           a trial shows it: on CUDA (pf_next does not load), 1 load in 8
-           sleeping 5 ms, the rest free, into 4 MiB slots, tried 1 -> 2
-           with 4 slots, failed, and stayed at 1-2 for good: 1.1k
-           batches/s where 8 fixed make 2.9k with 17 (an outside trial) */
-        if (failed && stuck > 0 && !saturated &&
-            pf__behind_slots(l, stuck, l->at.active, cover) >= pf__more_slots(pf__at_ring(l, l->at.active)) &&
-            l->at.swap != PF__SWAP_TRIAL) {
+           that covers it (pf__behind_slots) is a quarter larger than the
+           one it had (pf__more_slots): it is tried again with that ring
+           (at.behind), and sets no ceiling (each time with a larger ring,
+           up to host_slots). Not with every core busy: a late batch may
+           be one whose worker the scheduler took off its core (CPU loads
+           with stalls, past the CPUs, took 129 slots for nothing: an
+           outside trial). From one worker, or with pf_next loading,
+           nothing waits behind a late batch before a trial shows it: on
+           CUDA (pf_next does not load), 1 load in 8 sleeping 5 ms, the
+           rest free, into 4 MiB slots, tried 1 -> 2 with 4 slots, failed,
+           and stayed at 1-2 for good: 1.1k batches/s where 8 fixed make
+           2.9k with 17 (an outside trial) */
+        more = failed && stuck > 0 && !saturated && l->at.swap != PF__SWAP_TRIAL
+                   ? pf__behind_slots(l, stuck, l->at.active, cover) : 0;
+        if (more && more >= pf__more_slots(pf__at_ring(l, l->at.active))) {
             l->at.probing = false;
-            l->at.behind = pf__behind_slots(l, stuck, l->at.active, cover);
+            l->at.behind = more;
             pf__hold(&l->at.behind_held, load_pb);
             pf__set_active(l, l->at.before, "more workers waited behind a late batch: more slots", waited, thr);
             return;
@@ -3808,7 +3824,8 @@ static void pf__autotune(pf_loader *l) {
            to 129, 516 MiB pinned, for nothing). The ring bounds how far
            the workers get past such a stall, whatever their count: they
            filled it in the part of the period not spent stuck, so the
-           trial gets the ring that would have lasted the period
+           trial gets the ring that would have lasted the period, or the
+           one that covers the longest stall where that is fewer
            (pf__behind_slots), and keeps it if kept, until the load changes. 1
            load in 8 sleeping 5 ms among 1 MiB copies: 4 fixed workers make
            2.7k batches/s with their 9 slots, 4.5k with 18; 8 make 4.5k
@@ -5104,15 +5121,10 @@ static pf_result pf__take_host(pf_loader *l, pf_batch *out, const struct timespe
         if (slot_wait && !pf__slot_wait_begins(l)) continue;
         /* behind a late batch, the ring full of later ones: autotune's
            trials then need slots, not only workers (at.behind) */
-        behind = l->cfg.autotune && !l->cfg.unordered && l->at.active && !l->ring.nfree && l->ring.nready;
+        behind = pf__behind_late(l);
         t0 = behind ? pf__now_ns() : 0;
         w = pf__wait_or_timeout(l, deadline, &timed_out, &input, NULL);
-        if (behind) {
-            uint64_t d = pf__now_ns() - t0;
-            l->st.wait_behind_ns += d;
-            behind_run += d; /* this call's, for the longest stall (at.behind_most) */
-            if (behind_run > l->at.behind_most) l->at.behind_most = behind_run;
-        }
+        if (behind) pf__count_behind(l, pf__now_ns() - t0, &behind_run);
         if (slot_wait) pf__slot_wait_ends(l);
         if (w != PF_OK) return w;
     }
@@ -6200,14 +6212,10 @@ static pf_result pf__take_cuda(pf_loader *l, pf_batch *out, const struct timespe
                counts behind it, as on the host (pf__take_host; without it
                stalls left autotune at 1-2 workers of 4 host slots: 0.4 of
                8 fixed, an outside trial) */
-            bool behind = l->cfg.autotune && !l->cfg.unordered && l->at.active && !l->ring.nfree && l->ring.nready;
+            bool behind = pf__behind_late(l);
             uint64_t input0 = l->st.wait_input_ns;
             pf_result w = pf__wait_or_timeout(l, deadline, &timed_out, &on, pf__cuda_settle);
-            if (behind) {
-                l->st.wait_behind_ns += l->st.wait_input_ns - input0;
-                behind_run += l->st.wait_input_ns - input0;
-                if (behind_run > l->at.behind_most) l->at.behind_most = behind_run;
-            }
+            if (behind) pf__count_behind(l, l->st.wait_input_ns - input0, &behind_run);
             if (w != PF_OK) return w;
         }
     }
